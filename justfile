@@ -1,0 +1,13 @@
+# The same recipes as scripts/dev, for those who have `just`.
+
+# Set everything up and serve model_repository/ (HTTP :8000, gRPC :8001).
+serve *FLAGS:
+    scripts/dev serve {{FLAGS}}
+
+# Set everything up and run the whole test suite.
+test *ARGS:
+    scripts/dev test {{ARGS}}
+
+# Set everything up without running anything.
+setup:
+    scripts/dev setup

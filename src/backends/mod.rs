@@ -1,0 +1,61 @@
+//! Backends run models. A `Backend` is one loaded model version (compiled code, weights); it creates
+//! `Instance`s, each of which executes batches of requests on its own thread. The scheduler owns the
+//! instances; backends never see where a request came from. One submodule per kind of backend.
+
+pub mod wasm;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::inference::InferenceRequest;
+use crate::model_config::ModelConfig;
+use crate::tensor::Tensor;
+
+pub trait Backend: Send + Sync {
+    /// Creates and initialises one instance; `instance_name` is e.g. `simple_0_1`. An error fails the load.
+    fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String>;
+}
+
+pub trait Instance: Send {
+    /// Executes the requests and returns one result per request, in order: the outputs it produced, or why
+    /// that request failed.
+    fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>>;
+
+    /// Called once before the instance is dropped.
+    fn finalize(&mut self) {}
+}
+
+/// What a backend needs to load one model version.
+pub struct LoadContext<'a> {
+    pub model: &'a str,
+    pub version: i64,
+    pub version_dir: &'a Path,
+    pub repository: &'a Path,
+    pub config: &'a ModelConfig,
+    pub config_json: &'a str,
+}
+
+/// The process-wide state of every backend kind (engines, caches), created once at start-up.
+pub struct Runtimes {
+    pub wasm: wasm::WasmRuntime,
+}
+
+impl Runtimes {
+    /// Loads a model version with the backend its (normalised) config names.
+    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<Arc<dyn Backend>, String> {
+        match ctx.config.backend.as_str() {
+            "wasm" => Ok(Arc::new(self.wasm.load(ctx)?)),
+            other => {
+                let what = if ctx.config.platform.is_empty() {
+                    format!("backend '{other}'")
+                } else {
+                    format!("platform '{}'", ctx.config.platform)
+                };
+                Err(format!("{what} is not available in this server (available backends: {})", Self::AVAILABLE.join(", ")))
+            }
+        }
+    }
+
+    pub const AVAILABLE: [&'static str; 1] = ["wasm"];
+}

@@ -1,0 +1,202 @@
+//! The WebAssembly plugin backend: each model version is a component implementing `wit/backend.wit`.
+//!
+//! One `Engine` serves the whole process. A model version is compiled once (or loaded from the on-disk
+//! cache) and pre-linked into an `InstancePre`; every instance of the model gets its own `Store`, so
+//! instances share nothing and run in parallel. A trap (panic, out-of-bounds access, …) fails only the
+//! requests of that `execute` call: the store is thrown away and a fresh instance created and initialised
+//! for the next call, and the model stays ready.
+
+mod cache;
+mod convert;
+mod host;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use wasmtime::component::{HasSelf, Linker, ResourceTable};
+use wasmtime::{Config, Engine, Store};
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use self::bindings::{Backend as Bindings, BackendPre};
+use self::cache::{ComponentCache, Origin};
+use self::host::{GuestOutput, StoreState};
+use super::{Backend, Instance, LoadContext};
+use crate::error::{Error, Result};
+use crate::inference::InferenceRequest;
+use crate::tensor::Tensor;
+
+mod bindings {
+    wasmtime::component::bindgen!({ path: "wit", world: "backend" });
+}
+
+/// Where plugins see their model version directory (read-only).
+pub const GUEST_MODEL_DIR: &str = "/model";
+
+pub struct WasmRuntime {
+    engine: Engine,
+    linker: Linker<StoreState>,
+    cache: ComponentCache,
+}
+
+impl WasmRuntime {
+    /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile).
+    pub fn new(cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
+        let engine = Engine::new(&Config::new())?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
+        Ok(WasmRuntime { engine, linker, cache: ComponentCache::new(cache_dir) })
+    }
+
+    /// Compiles (or loads from cache) and links the model's component, then checks it exports the world.
+    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<WasmModel, String> {
+        let file = match ctx.config.default_model_filename.as_str() {
+            "" => "model.wasm",
+            name => name,
+        };
+        let path = ctx.version_dir.join(file);
+        let wasm = std::fs::read(&path).map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
+        let label: Arc<str> = format!("{}:{}", ctx.model, ctx.version).into();
+        let started = Instant::now();
+        let (component, origin) =
+            self.cache.load(&self.engine, &wasm).map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
+        match origin {
+            Origin::Cache => tracing::info!(model = &*label, "loaded compiled component from cache in {:?}", started.elapsed()),
+            Origin::Compiled => tracing::info!(model = &*label, "compiled component in {:?}", started.elapsed()),
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(&component)
+            .map_err(|e| format!("{} cannot be linked: {e:#}", path.display()))?;
+        let pre = BackendPre::new(pre)
+            .map_err(|e| format!("{} does not implement tessera:backend/backend: {e:#}", path.display()))?;
+        Ok(WasmModel(Arc::new(Plugin {
+            pre,
+            label,
+            version_dir: ctx.version_dir.to_path_buf(),
+            base_args: vec![
+                ("model_name".into(), ctx.model.to_string()),
+                ("model_version".into(), ctx.version.to_string()),
+                ("model_repository".into(), ctx.repository.display().to_string()),
+                ("model_config".into(), ctx.config_json.to_string()),
+                ("model_instance_kind".into(), "CPU".into()),
+                ("model_instance_device_id".into(), "0".into()),
+            ],
+        })))
+    }
+}
+
+/// A loaded model version; instances share its `Plugin`.
+pub struct WasmModel(Arc<Plugin>);
+
+/// The linked component and what every instance of it is created with.
+struct Plugin {
+    pre: BackendPre<StoreState>,
+    label: Arc<str>,
+    version_dir: PathBuf,
+    /// `initialize` arguments shared by every instance (the instance name is added per instance).
+    base_args: Vec<(String, String)>,
+}
+
+impl Plugin {
+    /// A fresh store and instance, initialised: used at load and after every trap.
+    fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+        let mut store = Store::new(self.pre.engine(), self.new_state()?);
+        let bindings = self.pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        bindings
+            .call_initialize(&mut store, args)
+            .map_err(|e| format!("initialize trapped: {e:#}"))?
+            .map_err(|e| format!("initialize failed: {e}"))?;
+        Ok((store, bindings))
+    }
+
+    fn new_state(&self) -> std::result::Result<StoreState, String> {
+        let mut wasi = WasiCtxBuilder::new();
+        wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
+            .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
+            .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
+            .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
+        Ok(StoreState { wasi: wasi.build(), table: ResourceTable::new(), label: self.label.clone() })
+    }
+}
+
+impl Backend for WasmModel {
+    fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+        let plugin = &self.0;
+        let mut args = plugin.base_args.clone();
+        args.push(("model_instance_name".into(), instance_name.to_string()));
+        let live = plugin.instantiate(&args)?;
+        Ok(Box::new(WasmInstance { model: plugin.clone(), args, live: Some(live) }))
+    }
+}
+
+struct WasmInstance {
+    model: Arc<Plugin>,
+    args: Vec<(String, String)>,
+    /// `None` after a trap whose re-instantiation failed; the next call tries again.
+    live: Option<(Store<StoreState>, Bindings)>,
+}
+
+impl WasmInstance {
+    fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
+        if self.live.is_none() {
+            let fresh = self.model.instantiate(&self.args).map_err(|e| {
+                Error::internal(format!("model '{}': cannot re-create the plugin instance: {e}", self.model.label))
+            })?;
+            self.live = Some(fresh);
+        }
+        Ok(self.live.as_mut().expect("set above"))
+    }
+}
+
+impl Instance for WasmInstance {
+    fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        let label = self.model.label.clone();
+        let (store, bindings) = match self.live() {
+            Ok(live) => live,
+            Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let wit_requests: Vec<_> = requests.iter().map(convert::request_to_wit).collect();
+        match bindings.call_execute(&mut *store, &wit_requests) {
+            Ok(results) if results.len() == requests.len() => results
+                .into_iter()
+                .map(|r| match r {
+                    Ok(response) => Ok(response.outputs.into_iter().map(convert::tensor_from_wit).collect()),
+                    Err(message) => Err(Error::internal(format!("model '{label}': {message}"))),
+                })
+                .collect(),
+            Ok(results) => {
+                let e = Error::internal(format!(
+                    "model '{label}': plugin answered {} requests with {} responses",
+                    requests.len(),
+                    results.len()
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+            Err(trap) => {
+                tracing::warn!(model = &*label, "plugin trapped, re-creating the instance: {trap:#}");
+                self.live = None;
+                let e = Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap)));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+        }
+    }
+
+    fn finalize(&mut self) {
+        if let Some((store, bindings)) = self.live.as_mut() {
+            if let Err(e) = bindings.call_finalize(&mut *store) {
+                tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
+            }
+        }
+    }
+}
+
+/// The trap's cause in one line (e.g. "wasm trap: wasm `unreachable` instruction executed"), without the
+/// guest backtrace that `{:#}` would add.
+fn trap_summary(error: &wasmtime::Error) -> String {
+    match error.downcast_ref::<wasmtime::Trap>() {
+        Some(trap) => format!("wasm trap: {trap}"),
+        None => error.root_cause().to_string(),
+    }
+}

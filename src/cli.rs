@@ -1,0 +1,72 @@
+//! The command line, with tritonserver's flag names and defaults so that existing launch scripts, Helm
+//! charts and Kubernetes manifests work unchanged.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use clap::builder::BoolishValueParser;
+use clap::{ArgAction, Parser};
+
+#[derive(Debug, Clone, Parser)]
+#[command(name = "tessera", version, about = "A Triton-compatible inference server with WebAssembly plugins")]
+pub struct Options {
+    /// Path to a model repository; repeat the flag for several repositories.
+    #[arg(long = "model-repository", required = true, value_name = "PATH")]
+    pub model_repositories: Vec<PathBuf>,
+
+    /// Port of the HTTP/REST endpoint (0 picks a free port).
+    #[arg(long, default_value_t = 8000)]
+    pub http_port: u16,
+
+    /// Address the HTTP/REST endpoint binds to.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub http_address: IpAddr,
+
+    /// Port of the gRPC endpoint (0 picks a free port).
+    #[arg(long, default_value_t = 8001)]
+    pub grpc_port: u16,
+
+    /// Address the gRPC endpoint binds to.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub grpc_address: IpAddr,
+
+    /// Port of the Prometheus metrics endpoint.
+    #[arg(long, default_value_t = 8002)]
+    pub metrics_port: u16,
+
+    /// Exit at start-up if any model fails to load.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub exit_on_error: bool,
+
+    /// Report the server ready only when every model is ready.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub strict_readiness: bool,
+
+    /// Verbose logging level (0 = off, 1 and up = debug details).
+    #[arg(long, default_value_t = 0)]
+    pub log_verbose: u32,
+
+    /// Largest accepted HTTP request body, after decompression, in bytes.
+    #[arg(long, default_value_t = 64 * 1024 * 1024)]
+    pub http_max_input_size: usize,
+
+    /// Where compiled plugins are cached across restarts (default: $XDG_CACHE_HOME/tessera or
+    /// ~/.cache/tessera). An empty value disables the cache.
+    #[arg(long, env = "TESSERA_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+}
+
+impl Options {
+    /// The compiled-plugin cache directory, or `None` when caching is disabled.
+    pub fn component_cache_dir(&self) -> Option<PathBuf> {
+        let base = match &self.cache_dir {
+            Some(dir) if dir.as_os_str().is_empty() => return None,
+            Some(dir) => dir.clone(),
+            None => std::env::var_os("XDG_CACHE_HOME")
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".cache")))?
+                .join("tessera"),
+        };
+        Some(base.join("components"))
+    }
+}

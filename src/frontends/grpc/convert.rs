@@ -1,0 +1,170 @@
+//! `ModelInferRequest` → `InferenceRequest` and `InferenceResponse` → `ModelInferResponse`. Inputs come
+//! either as `raw_input_contents` (one little-endian buffer per input, in input order; what tritonclient
+//! sends) or as typed `contents`; outputs always go back as `raw_output_contents` in output order.
+
+use std::collections::HashMap;
+
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::error::{Error, Result};
+use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
+use crate::proto::inference::{
+    infer_parameter::ParameterChoice, model_infer_request::InferInputTensor, model_infer_response::InferOutputTensor,
+    InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
+};
+use crate::tensor::{element_count, encode_bytes_elements, DataType, Tensor};
+
+pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest> {
+    let raw = request.raw_input_contents;
+    if !raw.is_empty() && raw.len() != request.inputs.len() {
+        return Err(Error::invalid(format!(
+            "raw_input_contents has {} entries but the request has {} inputs",
+            raw.len(),
+            request.inputs.len()
+        )));
+    }
+    let mut raw = raw.into_iter();
+    let inputs = request
+        .inputs
+        .into_iter()
+        .map(|input| input_from_proto(input, raw.next()))
+        .collect::<Result<Vec<_>>>()?;
+    let requested_outputs = request
+        .outputs
+        .into_iter()
+        .map(|output| {
+            reject_unsupported(&output.parameters, &output.name)?;
+            Ok(output.name)
+        })
+        .collect::<Result<_>>()?;
+    Ok(InferenceRequest {
+        model: request.model_name,
+        version: request.model_version,
+        id: request.id,
+        inputs,
+        requested_outputs,
+        parameters: parameters_from_proto(request.parameters)?,
+    })
+}
+
+fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {
+    let name = input.name;
+    let datatype = DataType::from_kserve(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
+    reject_unsupported(&input.parameters, &name)?;
+    let data = match (raw, input.contents) {
+        (Some(_), Some(contents)) if !is_empty(&contents) => {
+            return Err(Error::invalid(format!("input '{name}' has both raw_input_contents and typed contents")))
+        }
+        (Some(raw), _) => raw,
+        (None, Some(contents)) => {
+            let count = element_count(&name, &input.shape)?;
+            contents_to_bytes(&name, datatype, count, contents)?
+        }
+        (None, None) => return Err(Error::invalid(format!("input '{name}' has no data"))),
+    };
+    Ok(Tensor { name, datatype, shape: input.shape, data })
+}
+
+fn is_empty(c: &InferTensorContents) -> bool {
+    c.bool_contents.is_empty()
+        && c.int_contents.is_empty()
+        && c.int64_contents.is_empty()
+        && c.uint_contents.is_empty()
+        && c.uint64_contents.is_empty()
+        && c.fp32_contents.is_empty()
+        && c.fp64_contents.is_empty()
+        && c.bytes_contents.is_empty()
+}
+
+/// Packs typed contents into little-endian tensor bytes, checking the element count and each value's range.
+fn contents_to_bytes(name: &str, datatype: DataType, count: usize, c: InferTensorContents) -> Result<Bytes> {
+    let mut out = BytesMut::new();
+    let out_of_range = |v: &dyn std::fmt::Display| Error::invalid(format!("input '{name}': value {v} does not fit {datatype}"));
+    let found = match datatype {
+        DataType::Bool => put_all(&mut out, &c.bool_contents, |o, &v| Ok(o.put_u8(u8::from(v))))?,
+        DataType::Int8 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i8(i8::try_from(v).map_err(|_| out_of_range(&v))?)))?,
+        DataType::Int16 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i16_le(i16::try_from(v).map_err(|_| out_of_range(&v))?)))?,
+        DataType::Int32 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i32_le(v)))?,
+        DataType::Int64 => put_all(&mut out, &c.int64_contents, |o, &v| Ok(o.put_i64_le(v)))?,
+        DataType::Uint8 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u8(u8::try_from(v).map_err(|_| out_of_range(&v))?)))?,
+        DataType::Uint16 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u16_le(u16::try_from(v).map_err(|_| out_of_range(&v))?)))?,
+        DataType::Uint32 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u32_le(v)))?,
+        DataType::Uint64 => put_all(&mut out, &c.uint64_contents, |o, &v| Ok(o.put_u64_le(v)))?,
+        DataType::Fp32 => put_all(&mut out, &c.fp32_contents, |o, &v| Ok(o.put_f32_le(v)))?,
+        DataType::Fp64 => put_all(&mut out, &c.fp64_contents, |o, &v| Ok(o.put_f64_le(v)))?,
+        DataType::Bytes => {
+            out.extend_from_slice(&encode_bytes_elements(c.bytes_contents.iter().map(|b| &b[..])));
+            c.bytes_contents.len()
+        }
+        DataType::Fp16 | DataType::Bf16 => {
+            return Err(Error::invalid(format!(
+                "input '{name}': {datatype} has no typed contents field; send it in raw_input_contents"
+            )))
+        }
+    };
+    if found != count {
+        return Err(Error::invalid(format!("input '{name}': the shape describes {count} elements but contents has {found}")));
+    }
+    Ok(out.freeze())
+}
+
+fn put_all<T>(out: &mut BytesMut, values: &[T], put: impl Fn(&mut BytesMut, &T) -> Result<()>) -> Result<usize> {
+    for value in values {
+        put(out, value)?;
+    }
+    Ok(values.len())
+}
+
+fn reject_unsupported(parameters: &HashMap<String, InferParameter>, name: &str) -> Result<()> {
+    for key in ["shared_memory_region", "classification"] {
+        if parameters.contains_key(key) {
+            return Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")));
+        }
+    }
+    Ok(())
+}
+
+fn parameters_from_proto(parameters: HashMap<String, InferParameter>) -> Result<Vec<(String, Parameter)>> {
+    let mut converted: Vec<_> = parameters
+        .into_iter()
+        .map(|(key, value)| {
+            let parameter = match value.parameter_choice {
+                Some(ParameterChoice::BoolParam(b)) => Parameter::Bool(b),
+                Some(ParameterChoice::Int64Param(i)) => Parameter::Int(i),
+                Some(ParameterChoice::StringParam(s)) => Parameter::String(s),
+                Some(ParameterChoice::DoubleParam(d)) => Parameter::Double(d),
+                Some(ParameterChoice::Uint64Param(u)) => Parameter::Int(
+                    i64::try_from(u).map_err(|_| Error::invalid(format!("parameter '{key}': {u} is too large")))?,
+                ),
+                None => return Err(Error::invalid(format!("parameter '{key}' has no value"))),
+            };
+            Ok((key, parameter))
+        })
+        .collect::<Result<_>>()?;
+    converted.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(converted)
+}
+
+pub fn response_to_proto(response: InferenceResponse) -> ModelInferResponse {
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    let mut raw = Vec::with_capacity(response.outputs.len());
+    for tensor in response.outputs {
+        outputs.push(InferOutputTensor {
+            name: tensor.name,
+            datatype: tensor.datatype.kserve_name().to_string(),
+            shape: tensor.shape,
+            parameters: HashMap::new(),
+            contents: None,
+        });
+        raw.push(tensor.data);
+    }
+    ModelInferResponse {
+        model_name: response.model,
+        model_version: response.version.to_string(),
+        id: response.id,
+        parameters: HashMap::new(),
+        outputs,
+        raw_output_contents: raw,
+    }
+}

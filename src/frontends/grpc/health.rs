@@ -1,0 +1,34 @@
+//! `grpc.health.v1.Health`: SERVING while the server is ready, NOT_SERVING otherwise, for any service name
+//! (the empty name, or `inference.GRPCInferenceService`), so Kubernetes gRPC probes work out of the box.
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status};
+
+use crate::proto::health::health_check_response::ServingStatus;
+use crate::proto::health::health_server::{Health, HealthServer};
+use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
+use crate::server::ServerContext;
+
+pub fn server(context: Arc<ServerContext>) -> HealthServer<HealthService> {
+    HealthServer::new(HealthService { context })
+}
+
+pub struct HealthService {
+    context: Arc<ServerContext>,
+}
+
+#[tonic::async_trait]
+impl Health for HealthService {
+    async fn check(&self, _: Request<HealthCheckRequest>) -> Result<Response<HealthCheckResponse>, Status> {
+        let status = if self.context.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        Ok(Response::new(HealthCheckResponse { status: status as i32 }))
+    }
+
+    type WatchStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+
+    async fn watch(&self, _: Request<HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("Health/Watch is not implemented by this server yet; use Health/Check"))
+    }
+}

@@ -1,0 +1,182 @@
+//! The gRPC frontend: Triton's `inference.GRPCInferenceService` and the standard `grpc.health.v1.Health`,
+//! served by tonic on one port. RPCs whose features are not built yet answer UNIMPLEMENTED with a message
+//! naming the RPC. Message size limits match tritonclient's (2 GiB), so large tensors are not refused.
+
+mod convert;
+mod health;
+
+use std::sync::Arc;
+
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::proto::inference::*;
+use crate::server::ServerContext;
+
+const MAX_MESSAGE: usize = i32::MAX as usize;
+
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    context: Arc<ServerContext>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let inference = GrpcInferenceServiceServer::new(Service { context: context.clone() })
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let health = health::server(context);
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+    tonic::transport::Server::builder()
+        .add_service(inference)
+        .add_service(health)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+}
+
+struct Service {
+    context: Arc<ServerContext>,
+}
+
+type Rpc<T> = Result<Response<T>, Status>;
+
+fn unimplemented(rpc: &str) -> Status {
+    Status::unimplemented(format!("{rpc} is not implemented by this server yet"))
+}
+
+#[tonic::async_trait]
+impl GrpcInferenceService for Service {
+    async fn server_live(&self, _: Request<ServerLiveRequest>) -> Rpc<ServerLiveResponse> {
+        Ok(Response::new(ServerLiveResponse { live: self.context.is_live() }))
+    }
+
+    async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Rpc<ServerReadyResponse> {
+        Ok(Response::new(ServerReadyResponse { ready: self.context.is_ready() }))
+    }
+
+    async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Rpc<ModelReadyResponse> {
+        let request = request.into_inner();
+        let ready = self.context.repository.version(&request.name, &request.version).is_ok();
+        Ok(Response::new(ModelReadyResponse { ready }))
+    }
+
+    async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Rpc<ServerMetadataResponse> {
+        let metadata = self.context.server_metadata();
+        Ok(Response::new(ServerMetadataResponse {
+            name: metadata.name.to_string(),
+            version: metadata.version.to_string(),
+            extensions: metadata.extensions.iter().map(|e| e.to_string()).collect(),
+        }))
+    }
+
+    async fn model_metadata(&self, request: Request<ModelMetadataRequest>) -> Rpc<ModelMetadataResponse> {
+        let request = request.into_inner();
+        let metadata = self.context.model_metadata(&request.name, &request.version)?;
+        let describe = |tensors: Vec<crate::server::TensorMetadata>| {
+            tensors
+                .into_iter()
+                .map(|t| model_metadata_response::TensorMetadata {
+                    name: t.name,
+                    datatype: t.datatype.to_string(),
+                    shape: t.shape,
+                })
+                .collect()
+        };
+        Ok(Response::new(ModelMetadataResponse {
+            name: metadata.name,
+            versions: metadata.versions,
+            platform: metadata.platform,
+            inputs: describe(metadata.inputs),
+            outputs: describe(metadata.outputs),
+        }))
+    }
+
+    async fn model_config(&self, request: Request<ModelConfigRequest>) -> Rpc<ModelConfigResponse> {
+        let request = request.into_inner();
+        let model = self.context.repository.version(&request.name, &request.version)?;
+        Ok(Response::new(ModelConfigResponse { config: Some(model.config.as_ref().clone()) }))
+    }
+
+    async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
+        let request = convert::request_from_proto(request.into_inner())?;
+        let response = self.context.infer(request).await?;
+        Ok(Response::new(convert::response_to_proto(response)))
+    }
+
+    type ModelStreamInferStream =
+        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
+
+    async fn model_stream_infer(
+        &self,
+        _: Request<Streaming<ModelInferRequest>>,
+    ) -> Rpc<Self::ModelStreamInferStream> {
+        Err(unimplemented("ModelStreamInfer"))
+    }
+
+    async fn model_statistics(&self, _: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {
+        Err(unimplemented("ModelStatistics"))
+    }
+
+    async fn repository_index(&self, _: Request<RepositoryIndexRequest>) -> Rpc<RepositoryIndexResponse> {
+        Err(unimplemented("RepositoryIndex"))
+    }
+
+    async fn repository_model_load(&self, _: Request<RepositoryModelLoadRequest>) -> Rpc<RepositoryModelLoadResponse> {
+        Err(unimplemented("RepositoryModelLoad"))
+    }
+
+    async fn repository_model_unload(
+        &self,
+        _: Request<RepositoryModelUnloadRequest>,
+    ) -> Rpc<RepositoryModelUnloadResponse> {
+        Err(unimplemented("RepositoryModelUnload"))
+    }
+
+    async fn system_shared_memory_status(
+        &self,
+        _: Request<SystemSharedMemoryStatusRequest>,
+    ) -> Rpc<SystemSharedMemoryStatusResponse> {
+        Err(unimplemented("SystemSharedMemoryStatus"))
+    }
+
+    async fn system_shared_memory_register(
+        &self,
+        _: Request<SystemSharedMemoryRegisterRequest>,
+    ) -> Rpc<SystemSharedMemoryRegisterResponse> {
+        Err(unimplemented("SystemSharedMemoryRegister"))
+    }
+
+    async fn system_shared_memory_unregister(
+        &self,
+        _: Request<SystemSharedMemoryUnregisterRequest>,
+    ) -> Rpc<SystemSharedMemoryUnregisterResponse> {
+        Err(unimplemented("SystemSharedMemoryUnregister"))
+    }
+
+    async fn cuda_shared_memory_status(
+        &self,
+        _: Request<CudaSharedMemoryStatusRequest>,
+    ) -> Rpc<CudaSharedMemoryStatusResponse> {
+        Err(unimplemented("CudaSharedMemoryStatus"))
+    }
+
+    async fn cuda_shared_memory_register(
+        &self,
+        _: Request<CudaSharedMemoryRegisterRequest>,
+    ) -> Rpc<CudaSharedMemoryRegisterResponse> {
+        Err(unimplemented("CudaSharedMemoryRegister"))
+    }
+
+    async fn cuda_shared_memory_unregister(
+        &self,
+        _: Request<CudaSharedMemoryUnregisterRequest>,
+    ) -> Rpc<CudaSharedMemoryUnregisterResponse> {
+        Err(unimplemented("CudaSharedMemoryUnregister"))
+    }
+
+    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {
+        Err(unimplemented("TraceSetting"))
+    }
+
+    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
+        Err(unimplemented("LogSettings"))
+    }
+}

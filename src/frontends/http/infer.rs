@@ -1,0 +1,258 @@
+//! `POST /v2/models/{m}[/versions/{v}]/infer`: KServe JSON requests and Triton's binary tensor data
+//! extension. With `Inference-Header-Content-Length: N`, the first N body bytes are the JSON header and
+//! the rest are the binary inputs, in input order, each as long as its `binary_data_size` parameter says.
+//! Binary input tensors are slices of the request body: no copy. Outputs go back as JSON or, when asked
+//! (`binary_data` per output, `binary_data_output` per request), as binary after the JSON header.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use bytes::{Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use super::decoded_body;
+use super::json_data::{self, JsonData};
+use crate::error::{Error, Result};
+use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
+use crate::server::ServerContext;
+use crate::tensor::{element_count, DataType, Tensor};
+
+const HEADER_LENGTH: &str = "inference-header-content-length";
+
+pub async fn infer(ctx: State<Arc<ServerContext>>, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(ctx, model, String::new(), headers, body).await
+}
+
+pub async fn infer_version(
+    ctx: State<Arc<ServerContext>>,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, version, headers, body).await
+}
+
+async fn handle(State(ctx): State<Arc<ServerContext>>, model: String, version: String, headers: HeaderMap, body: Bytes) -> Response {
+    let result = async {
+        let body = decoded_body(&headers, body, ctx.options.http_max_input_size)?;
+        let (request, binary_outputs) = decode_request(model, version, &headers, body)?;
+        let response = ctx.infer(request).await?;
+        encode_response(&response, &binary_outputs)
+    };
+    result.await.unwrap_or_else(IntoResponse::into_response)
+}
+
+#[derive(Deserialize)]
+struct RequestHeader {
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+    inputs: Vec<InputHeader>,
+    #[serde(default)]
+    outputs: Vec<OutputHeader>,
+}
+
+#[derive(Deserialize)]
+struct InputHeader {
+    name: String,
+    shape: Vec<i64>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+    #[serde(default)]
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct OutputHeader {
+    name: String,
+    #[serde(default)]
+    parameters: Map<String, Value>,
+}
+
+/// Decodes the body into a request, and which outputs the client wants in binary form.
+fn decode_request(model: String, version: String, headers: &HeaderMap, body: Bytes) -> Result<(InferenceRequest, Vec<bool>)> {
+    let header_length = match headers.get(HEADER_LENGTH) {
+        None => body.len(),
+        Some(value) => {
+            let length: usize = value.to_str().ok().and_then(|v| v.trim().parse().ok()).ok_or_else(|| {
+                Error::invalid(format!("Inference-Header-Content-Length {value:?} is not a non-negative integer"))
+            })?;
+            if length > body.len() {
+                return Err(Error::invalid(format!(
+                    "Inference-Header-Content-Length is {length} but the body has only {} bytes",
+                    body.len()
+                )));
+            }
+            length
+        }
+    };
+    let header: RequestHeader = serde_json::from_slice(&body[..header_length])
+        .map_err(|e| Error::invalid(format!("malformed inference request JSON: {e}")))?;
+    let mut binary = body.slice(header_length..);
+    let mut inputs = Vec::with_capacity(header.inputs.len());
+    for input in header.inputs {
+        inputs.push(decode_input(input, &mut binary)?);
+    }
+    if !binary.is_empty() {
+        return Err(Error::invalid(format!(
+            "the body has {} bytes of binary data beyond what the inputs' binary_data_size parameters account for",
+            binary.len()
+        )));
+    }
+    let binary_default = flag(&header.parameters, "binary_data_output")?.unwrap_or(false);
+    let mut binary_outputs = Vec::with_capacity(header.outputs.len());
+    let mut requested_outputs = Vec::with_capacity(header.outputs.len());
+    for output in header.outputs {
+        reject_unsupported(&output.parameters, &output.name)?;
+        binary_outputs.push(flag(&output.parameters, "binary_data")?.unwrap_or(binary_default));
+        requested_outputs.push(output.name);
+    }
+    if requested_outputs.is_empty() {
+        binary_outputs = vec![binary_default];
+    }
+    let request = InferenceRequest {
+        model,
+        version,
+        id: header.id.unwrap_or_default(),
+        inputs,
+        requested_outputs,
+        parameters: parameters(header.parameters)?,
+    };
+    Ok((request, binary_outputs))
+}
+
+fn decode_input(input: InputHeader, binary: &mut Bytes) -> Result<Tensor> {
+    let name = input.name;
+    let datatype = DataType::from_kserve(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
+    reject_unsupported(&input.parameters, &name)?;
+    let count = element_count(&name, &input.shape)?;
+    let binary_size = match input.parameters.get("binary_data_size") {
+        None => None,
+        Some(v) => Some(v.as_u64().ok_or_else(|| {
+            Error::invalid(format!("input '{name}': binary_data_size must be a non-negative integer, got {v}"))
+        })? as usize),
+    };
+    let data = match (binary_size, &input.data) {
+        (Some(_), Some(_)) => {
+            return Err(Error::invalid(format!("input '{name}' has both JSON data and binary_data_size")))
+        }
+        (Some(size), None) => {
+            if size > binary.len() {
+                return Err(Error::invalid(format!(
+                    "input '{name}' declares binary_data_size {size} but only {} bytes of binary data remain in the body",
+                    binary.len()
+                )));
+            }
+            binary.split_to(size)
+        }
+        (None, Some(data)) => json_data::decode(&name, datatype, count, data)?,
+        (None, None) => return Err(Error::invalid(format!("input '{name}' has neither data nor binary_data_size"))),
+    };
+    Ok(Tensor { name, datatype, shape: input.shape, data })
+}
+
+/// Shared memory and classification are extensions this server does not offer yet; say so rather than
+/// silently ignore them.
+fn reject_unsupported(parameters: &Map<String, Value>, name: &str) -> Result<()> {
+    for key in ["shared_memory_region", "classification"] {
+        if parameters.contains_key(key) {
+            return Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")));
+        }
+    }
+    Ok(())
+}
+
+fn flag(parameters: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
+    match parameters.get(key) {
+        None => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(other) => Err(Error::invalid(format!("parameter '{key}' must be true or false, got {other}"))),
+    }
+}
+
+fn parameters(map: Map<String, Value>) -> Result<Vec<(String, Parameter)>> {
+    map.into_iter()
+        .filter(|(key, _)| key != "binary_data_output")
+        .map(|(key, value)| {
+            let parameter = match value {
+                Value::Bool(b) => Parameter::Bool(b),
+                Value::String(s) => Parameter::String(s),
+                Value::Number(n) => match n.as_i64() {
+                    Some(i) => Parameter::Int(i),
+                    None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
+                },
+                other => {
+                    return Err(Error::invalid(format!("parameter '{key}' must be a bool, number or string, got {other}")))
+                }
+            };
+            Ok((key, parameter))
+        })
+        .collect()
+}
+
+#[derive(Serialize)]
+struct ResponseHeader<'r> {
+    model_name: &'r str,
+    model_version: String,
+    #[serde(skip_serializing_if = "str::is_empty")]
+    id: &'r str,
+    outputs: Vec<OutputEntry<'r>>,
+}
+
+#[derive(Serialize)]
+struct OutputEntry<'r> {
+    name: &'r str,
+    datatype: &'static str,
+    shape: &'r [i64],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    parameters: Option<BinaryParameters>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    data: Option<JsonData<'r>>,
+}
+
+#[derive(Serialize)]
+struct BinaryParameters {
+    binary_data_size: usize,
+}
+
+/// Encodes the response; `binary[i]` says whether output i goes as binary (one entry alone applies to all).
+fn encode_response(response: &InferenceResponse, binary: &[bool]) -> Result<Response> {
+    let is_binary = |i: usize| binary.get(i).or(binary.first()).copied().unwrap_or(false);
+    let outputs = response
+        .outputs
+        .iter()
+        .enumerate()
+        .map(|(i, t)| OutputEntry {
+            name: &t.name,
+            datatype: t.datatype.kserve_name(),
+            shape: &t.shape,
+            parameters: is_binary(i).then(|| BinaryParameters { binary_data_size: t.data.len() }),
+            data: (!is_binary(i)).then_some(JsonData(t)),
+        })
+        .collect();
+    let header = ResponseHeader { model_name: &response.model, model_version: response.version.to_string(), id: &response.id, outputs };
+    let json = serde_json::to_vec(&header).map_err(|e| Error::invalid(e.to_string()))?;
+    if !(0..response.outputs.len()).any(is_binary) {
+        return Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response());
+    }
+    let binary_size: usize = response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.len()).sum();
+    let mut body = BytesMut::with_capacity(json.len() + binary_size);
+    body.extend_from_slice(&json);
+    for (_, tensor) in response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)) {
+        body.extend_from_slice(&tensor.data);
+    }
+    Ok((
+        [
+            (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
+            (header::HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(json.len())),
+        ],
+        body.freeze(),
+    )
+        .into_response())
+}

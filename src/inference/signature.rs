@@ -1,0 +1,195 @@
+//! A model's inputs and outputs as requests see them (batch dimension included), derived once from its
+//! configuration, and the checks every request and every backend answer go through. Checking here, before a
+//! request is queued, means a backend only ever sees well-formed requests and a client gets a precise 400.
+
+use std::collections::HashSet;
+
+use super::InferenceRequest;
+use crate::error::{Error, Result};
+use crate::model_config::ModelConfig;
+use crate::tensor::{DataType, Tensor};
+
+#[derive(Clone, Debug)]
+pub struct TensorSpec {
+    pub name: String,
+    pub datatype: DataType,
+    /// Dimensions without the batch dimension; -1 matches any size.
+    pub dims: Vec<i64>,
+    pub optional: bool,
+}
+
+impl TensorSpec {
+    /// The shape clients see: with a leading -1 when the model batches.
+    pub fn full_shape(&self, max_batch_size: i64) -> Vec<i64> {
+        let batch = (max_batch_size > 0).then_some(-1);
+        batch.into_iter().chain(self.dims.iter().copied()).collect()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Signature {
+    pub model: String,
+    pub max_batch_size: i64,
+    pub inputs: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+}
+
+impl Signature {
+    /// Derives the signature of a validated config; a reshape's shape is what requests carry.
+    pub fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
+        let spec = |name: &str, data_type: i32, dims: &[i64], optional: bool| {
+            let datatype = DataType::from_config(data_type).ok_or_else(|| format!("'{name}' has an invalid data type"))?;
+            Ok::<_, String>(TensorSpec { name: name.to_string(), datatype, dims: dims.to_vec(), optional })
+        };
+        Ok(Signature {
+            model: config.name.clone(),
+            max_batch_size: i64::from(config.max_batch_size),
+            inputs: config.input.iter().map(|i| spec(&i.name, i.data_type, &i.dims, i.optional)).collect::<std::result::Result<_, _>>()?,
+            outputs: config.output.iter().map(|o| spec(&o.name, o.data_type, &o.dims, false)).collect::<std::result::Result<_, _>>()?,
+        })
+    }
+
+    /// Checks a request against the model: known and complete inputs of the right type, shape and size, a
+    /// batch no larger than allowed, and known requested outputs.
+    pub fn check_request(&self, request: &InferenceRequest) -> Result<()> {
+        let mut seen = HashSet::new();
+        let mut batch = None;
+        for tensor in &request.inputs {
+            if !seen.insert(tensor.name.as_str()) {
+                return Err(Error::invalid(format!("input '{}' appears more than once in the request", tensor.name)));
+            }
+            let spec = self.inputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
+                Error::invalid(format!("unexpected inference input '{}' for model '{}'", tensor.name, self.model))
+            })?;
+            self.check_tensor(spec, tensor, "input", &mut batch)?;
+        }
+        let missing: Vec<_> =
+            self.inputs.iter().filter(|s| !s.optional && !seen.contains(s.name.as_str())).map(|s| s.name.as_str()).collect();
+        if !missing.is_empty() {
+            return Err(Error::invalid(format!(
+                "model '{}' expects input(s) {missing:?} which the request does not contain",
+                self.model
+            )));
+        }
+        for name in &request.requested_outputs {
+            if !self.outputs.iter().any(|s| &s.name == name) {
+                return Err(Error::invalid(format!("unexpected inference output '{name}' for model '{}'", self.model)));
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks what a backend answered and keeps the outputs the request asked for (`requested`), in the order asked (all
+    /// outputs in config order if none were named). A backend that leaves out an output or gets its type or
+    /// size wrong fails the request with an internal error that says so.
+    pub fn select_outputs(&self, requested: &[String], mut produced: Vec<Tensor>) -> Result<Vec<Tensor>> {
+        let wanted: Vec<&str> = if requested.is_empty() {
+            self.outputs.iter().map(|s| s.name.as_str()).collect()
+        } else {
+            requested.iter().map(String::as_str).collect()
+        };
+        let mut selected = Vec::with_capacity(wanted.len());
+        for name in wanted {
+            let spec = self.outputs.iter().find(|s| s.name == name).expect("requested outputs were checked");
+            let index = produced.iter().position(|t| t.name == name).ok_or_else(|| {
+                Error::internal(format!("model '{}' did not produce output '{name}'", self.model))
+            })?;
+            let tensor = produced.swap_remove(index);
+            self.check_tensor(spec, &tensor, "output", &mut None).map_err(|e| {
+                Error::internal(format!("model '{}' produced an invalid output: {e}", self.model))
+            })?;
+            selected.push(tensor);
+        }
+        Ok(selected)
+    }
+
+    fn check_tensor(&self, spec: &TensorSpec, tensor: &Tensor, role: &str, batch: &mut Option<i64>) -> Result<()> {
+        if tensor.datatype != spec.datatype {
+            return Err(Error::invalid(format!(
+                "{role} '{}' has data type {}, but model '{}' expects {}",
+                tensor.name, tensor.datatype, self.model, spec.datatype
+            )));
+        }
+        let shape_error = || {
+            Error::invalid(format!(
+                "{role} '{}' has shape {:?}, but model '{}' expects {:?}",
+                tensor.name,
+                tensor.shape,
+                self.model,
+                spec.full_shape(self.max_batch_size)
+            ))
+        };
+        let dims = if self.max_batch_size > 0 {
+            let (&size, rest) = tensor.shape.split_first().ok_or_else(shape_error)?;
+            if size < 1 || size > self.max_batch_size {
+                return Err(Error::invalid(format!(
+                    "{role} '{}' has batch size {size}; model '{}' accepts 1 to {}",
+                    tensor.name, self.model, self.max_batch_size
+                )));
+            }
+            if *batch.get_or_insert(size) != size {
+                return Err(Error::invalid(format!(
+                    "{role} '{}' has batch size {size} but other inputs have {}",
+                    tensor.name,
+                    batch.unwrap_or_default()
+                )));
+            }
+            rest
+        } else {
+            &tensor.shape[..]
+        };
+        if dims.iter().any(|&d| d < 0) {
+            return Err(Error::invalid(format!("{role} '{}' has a negative dimension in shape {:?}", tensor.name, tensor.shape)));
+        }
+        let matches = dims.len() == spec.dims.len() && dims.iter().zip(&spec.dims).all(|(&d, &s)| s == -1 || d == s);
+        if !matches {
+            return Err(shape_error());
+        }
+        tensor.check_data_size()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+
+    use super::*;
+    use crate::model_config::parse_text;
+
+    fn simple() -> Signature {
+        let config = parse_text(
+            "name: \"simple\" backend: \"wasm\" max_batch_size: 8
+             input [ { name: \"INPUT0\" data_type: TYPE_INT32 dims: [ 16 ] } ]
+             output [ { name: \"OUTPUT0\" data_type: TYPE_INT32 dims: [ 16 ] } ]",
+            "c",
+        )
+        .unwrap();
+        Signature::from_config(&config).unwrap()
+    }
+
+    fn request(shape: Vec<i64>, bytes: usize) -> InferenceRequest {
+        InferenceRequest {
+            model: "simple".into(),
+            version: String::new(),
+            id: String::new(),
+            inputs: vec![Tensor { name: "INPUT0".into(), datatype: DataType::Int32, shape, data: Bytes::from(vec![0; bytes]) }],
+            requested_outputs: vec![],
+            parameters: vec![],
+        }
+    }
+
+    #[test]
+    fn accepts_batches_within_the_limit() {
+        simple().check_request(&request(vec![1, 16], 64)).unwrap();
+        simple().check_request(&request(vec![8, 16], 512)).unwrap();
+    }
+
+    #[test]
+    fn rejects_bad_batch_shape_and_size() {
+        let sig = simple();
+        assert!(sig.check_request(&request(vec![9, 16], 576)).unwrap_err().to_string().contains("batch size 9"));
+        assert!(sig.check_request(&request(vec![1, 15], 60)).unwrap_err().to_string().contains("expects [-1, 16]"));
+        assert!(sig.check_request(&request(vec![1, 16], 60)).unwrap_err().to_string().contains("needs 64 bytes"));
+        assert!(sig.check_request(&request(vec![16], 64)).is_err());
+    }
+}

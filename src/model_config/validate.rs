@@ -1,0 +1,221 @@
+//! Checks a parsed configuration for the mistakes Triton refuses (and a few it lets through to fail later),
+//! then fills in what Triton fills in: the name, the backend implied by a platform, the default version
+//! policy and instance group. Validation reads nothing but the config and its text (for line numbers).
+
+use std::collections::HashSet;
+
+use super::{line_of, ModelConfig};
+use crate::proto::inference::{
+    model_instance_group::Kind, model_version_policy, DataType as ConfigDataType, ModelInput, ModelInstanceGroup,
+    ModelOutput, ModelVersionPolicy,
+};
+
+/// Triton's platform names and the backend each one implies.
+const PLATFORMS: [(&str, &str); 6] = [
+    ("tensorflow_graphdef", "tensorflow"),
+    ("tensorflow_savedmodel", "tensorflow"),
+    ("tensorrt_plan", "tensorrt"),
+    ("onnxruntime_onnx", "onnxruntime"),
+    ("pytorch_libtorch", "pytorch"),
+    ("ensemble", "ensemble"),
+];
+
+/// Backends a Triton model repository may name. Only some are served by Tessera (see `backends`); the
+/// others are recognised so that their models fail with "not available here" rather than "unknown".
+const KNOWN_BACKENDS: [&str; 12] = [
+    "wasm", "onnxruntime", "pytorch", "tensorflow", "tensorrt", "python", "openvino", "fil", "dali", "ensemble",
+    "vllm", "tensorrtllm",
+];
+
+/// Returns the first problem found, as "file:line: message" (or "file: message" when no line applies).
+pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str) -> Result<(), String> {
+    let at = |needle: &str, skip: usize| match line_of(text, needle, skip) {
+        Some(line) => format!("{origin}:{line}"),
+        None => origin.to_string(),
+    };
+    if !config.name.is_empty() && config.name != model_name {
+        return Err(format!(
+            "{}: model name '{}' does not match its directory '{model_name}'",
+            at("name", 0),
+            config.name
+        ));
+    }
+    if config.max_batch_size < 0 {
+        return Err(format!("{}: max_batch_size must be 0 or more, got {}", at("max_batch_size", 0), config.max_batch_size));
+    }
+    implied_backend(config).map_err(|e| format!("{}: {e}", at(if config.platform.is_empty() { "backend" } else { "platform" }, 0)))?;
+    if config.output.is_empty() {
+        return Err(format!("{origin}: the model must declare at least one output"));
+    }
+    let inputs = config.input.iter().map(|i| TensorDecl::from(i));
+    let outputs = config.output.iter().map(|o| TensorDecl::from(o));
+    check_tensors("input", inputs, &at)?;
+    check_tensors("output", outputs, &at)?;
+    Ok(())
+}
+
+/// The backend that will run the model: `backend` if set, else the one its `platform` implies.
+pub fn implied_backend(config: &ModelConfig) -> Result<String, String> {
+    let from_platform = match config.platform.as_str() {
+        "" => None,
+        platform => match PLATFORMS.iter().find(|(p, _)| *p == platform) {
+            Some((_, backend)) => Some(*backend),
+            None => {
+                let known: Vec<_> = PLATFORMS.iter().map(|(p, _)| *p).collect();
+                return Err(format!("unknown platform '{platform}' (known: {})", known.join(", ")));
+            }
+        },
+    };
+    match (config.backend.as_str(), from_platform) {
+        ("", None) => Err("the config names neither a platform nor a backend".to_string()),
+        ("", Some(backend)) => Ok(backend.to_string()),
+        (backend, Some(implied)) if backend != implied => Err(format!(
+            "platform '{}' implies backend '{implied}' but backend '{backend}' is given",
+            config.platform
+        )),
+        (backend, _) if !KNOWN_BACKENDS.contains(&backend) => {
+            Err(format!("unknown backend '{backend}' (known: {})", KNOWN_BACKENDS.join(", ")))
+        }
+        (backend, _) => Ok(backend.to_string()),
+    }
+}
+
+/// The parts of an input or output declaration that validation looks at.
+struct TensorDecl<'a> {
+    name: &'a str,
+    data_type: i32,
+    dims: &'a [i64],
+    reshape: Option<&'a [i64]>,
+}
+
+impl<'a> From<&'a ModelInput> for TensorDecl<'a> {
+    fn from(i: &'a ModelInput) -> Self {
+        TensorDecl { name: &i.name, data_type: i.data_type, dims: &i.dims, reshape: i.reshape.as_ref().map(|r| &r.shape[..]) }
+    }
+}
+
+impl<'a> From<&'a ModelOutput> for TensorDecl<'a> {
+    fn from(o: &'a ModelOutput) -> Self {
+        TensorDecl { name: &o.name, data_type: o.data_type, dims: &o.dims, reshape: o.reshape.as_ref().map(|r| &r.shape[..]) }
+    }
+}
+
+fn check_tensors<'a>(
+    kind: &str,
+    tensors: impl Iterator<Item = TensorDecl<'a>>,
+    at: &dyn Fn(&str, usize) -> String,
+) -> Result<(), String> {
+    let mut seen = HashSet::new();
+    for (index, tensor) in tensors.enumerate() {
+        if tensor.name.is_empty() {
+            return Err(format!("{}: {kind} {index} has no name", at(kind, index)));
+        }
+        let quoted = format!("\"{}\"", tensor.name);
+        if !seen.insert(tensor.name) {
+            return Err(format!("{}: {kind} '{}' is declared more than once", at(&quoted, 1), tensor.name));
+        }
+        let type_name = ConfigDataType::try_from(tensor.data_type).map(|t| t.as_str_name());
+        if matches!(type_name, Err(_) | Ok("TYPE_INVALID")) {
+            return Err(format!("{}: {kind} '{}' has no valid data_type", at(&quoted, 0), tensor.name));
+        }
+        if tensor.dims.is_empty() && tensor.reshape.is_none() {
+            return Err(format!("{}: {kind} '{}' has no dims", at(&quoted, 0), tensor.name));
+        }
+        if let Some(bad) = tensor.dims.iter().find(|&&d| d < -1 || d == 0) {
+            return Err(format!(
+                "{}: {kind} '{}' has dimension {bad}; dims must be positive, or -1 for a variable size",
+                at(&quoted, 0),
+                tensor.name
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fills in what Triton fills in for a valid config, so that `/config` shows what the server actually uses.
+pub fn normalise(config: &mut ModelConfig, model_name: &str) {
+    config.name = model_name.to_string();
+    if let Ok(backend) = implied_backend(config) {
+        config.backend = backend;
+    }
+    if config.version_policy.is_none() {
+        config.version_policy = Some(ModelVersionPolicy {
+            policy_choice: Some(model_version_policy::PolicyChoice::Latest(model_version_policy::Latest {
+                num_versions: 1,
+            })),
+        });
+    }
+    if config.instance_group.is_empty() {
+        config.instance_group.push(ModelInstanceGroup::default());
+    }
+    for (index, group) in config.instance_group.iter_mut().enumerate() {
+        if group.name.is_empty() {
+            group.name = format!("{model_name}_{index}");
+        }
+        if group.count < 1 {
+            group.count = 1;
+        }
+        // No accelerator is used by the backends served so far: "auto" resolves to CPU, as Triton does on a
+        // machine without GPUs.
+        if group.kind == Kind::Auto as i32 {
+            group.kind = Kind::Cpu as i32;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse_text;
+    use super::*;
+
+    fn check(text: &str) -> Result<(), String> {
+        let config = parse_text(text, "m/config.pbtxt")?;
+        validate(&config, "m", text, "m/config.pbtxt")
+    }
+
+    const OUT: &str = "output [ { name: \"O\" data_type: TYPE_FP32 dims: [ 1 ] } ]\n";
+
+    #[test]
+    fn accepts_a_minimal_config() {
+        check(&format!("backend: \"wasm\"\n{OUT}")).unwrap();
+    }
+
+    #[test]
+    fn rejects_duplicate_names_with_the_line_of_the_second() {
+        let text = format!(
+            "backend: \"wasm\"\ninput [\n {{ name: \"A\" data_type: TYPE_FP32 dims: [ 1 ] }},\n {{ name: \"A\" data_type: TYPE_FP32 dims: [ 1 ] }}\n]\n{OUT}"
+        );
+        let err = check(&text).unwrap_err();
+        assert_eq!(err, "m/config.pbtxt:4: input 'A' is declared more than once");
+    }
+
+    #[test]
+    fn rejects_bad_dims_negative_batch_missing_type_and_unknown_platform() {
+        let bad_dims = format!("backend: \"wasm\"\ninput [ {{ name: \"A\" data_type: TYPE_FP32 dims: [ -2 ] }} ]\n{OUT}");
+        assert!(check(&bad_dims).unwrap_err().contains("dimension -2"));
+        let no_dims = format!("backend: \"wasm\"\ninput [ {{ name: \"A\" data_type: TYPE_FP32 }} ]\n{OUT}");
+        assert!(check(&no_dims).unwrap_err().contains("has no dims"));
+        let no_type = format!("backend: \"wasm\"\ninput [ {{ name: \"A\" dims: [ 1 ] }} ]\n{OUT}");
+        assert!(check(&no_type).unwrap_err().contains("no valid data_type"));
+        let negative = format!("backend: \"wasm\"\nmax_batch_size: -1\n{OUT}");
+        assert_eq!(check(&negative).unwrap_err(), "m/config.pbtxt:2: max_batch_size must be 0 or more, got -1");
+        let platform = format!("platform: \"caffe2_netdef\"\n{OUT}");
+        assert!(check(&platform).unwrap_err().starts_with("m/config.pbtxt:1: unknown platform 'caffe2_netdef'"));
+        let backend = format!("backend: \"nope\"\n{OUT}");
+        assert!(check(&backend).unwrap_err().contains("unknown backend 'nope'"));
+        assert!(check(OUT).unwrap_err().contains("neither a platform nor a backend"));
+        assert!(check(&format!("name: \"other\"\nbackend: \"wasm\"\n{OUT}")).unwrap_err().contains("does not match"));
+    }
+
+    #[test]
+    fn normalise_fills_triton_defaults() {
+        let mut config = parse_text(&format!("platform: \"onnxruntime_onnx\"\n{OUT}"), "c").unwrap();
+        normalise(&mut config, "m");
+        assert_eq!(config.name, "m");
+        assert_eq!(config.backend, "onnxruntime");
+        assert_eq!(config.instance_group[0].name, "m_0");
+        assert_eq!(config.instance_group[0].count, 1);
+        assert_eq!(config.instance_group[0].kind, Kind::Cpu as i32);
+        assert!(config.version_policy.is_some());
+    }
+}

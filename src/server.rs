@@ -1,0 +1,172 @@
+//! Wiring: start-up (backends, repository, listeners), what the server reports about itself (liveness,
+//! readiness, metadata) for every frontend, and graceful shutdown on SIGINT/SIGTERM. No protocol or backend
+//! logic lives here.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::backends::{wasm::WasmRuntime, Runtimes};
+use crate::cli::Options;
+use crate::error::Result;
+use crate::frontends::{grpc, http};
+use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::repository::ModelRepository;
+
+/// The protocol extensions this server implements, as listed in server metadata.
+pub const EXTENSIONS: [&str; 3] = ["binary_tensor_data", "model_configuration", "parameters"];
+
+pub struct ServerContext {
+    pub options: Options,
+    pub repository: ModelRepository,
+    shutting_down: AtomicBool,
+}
+
+pub struct ServerMetadata {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub extensions: &'static [&'static str],
+}
+
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: &'static str,
+    pub shape: Vec<i64>,
+}
+
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+impl ServerContext {
+    pub fn new(options: Options, repository: ModelRepository) -> Self {
+        ServerContext { options, repository, shutting_down: AtomicBool::new(false) }
+    }
+
+    pub fn is_live(&self) -> bool {
+        !self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Ready unless shutting down; with strict readiness, also only when every model loaded.
+    pub fn is_ready(&self) -> bool {
+        self.is_live() && (!self.options.strict_readiness || self.repository.all_ready())
+    }
+
+    pub fn server_metadata(&self) -> ServerMetadata {
+        ServerMetadata { name: "tessera", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+    }
+
+    pub fn model_metadata(&self, model: &str, version: &str) -> Result<ModelMetadata> {
+        let chosen = self.repository.version(model, version)?;
+        let record = self.repository.record(model)?;
+        let versions = record.ready_versions().map(|m| m.version.to_string()).collect();
+        let signature = &chosen.signature;
+        let describe = |specs: &[crate::inference::signature::TensorSpec]| {
+            specs
+                .iter()
+                .map(|s| TensorMetadata {
+                    name: s.name.clone(),
+                    datatype: s.datatype.kserve_name(),
+                    shape: s.full_shape(signature.max_batch_size),
+                })
+                .collect()
+        };
+        let config = &chosen.config;
+        let platform = if config.platform.is_empty() { config.backend.clone() } else { config.platform.clone() };
+        Ok(ModelMetadata {
+            name: chosen.name.clone(),
+            versions,
+            platform,
+            inputs: describe(&signature.inputs),
+            outputs: describe(&signature.outputs),
+        })
+    }
+
+    pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        let model = self.repository.version(&request.model, &request.version)?;
+        model.infer(request).await
+    }
+}
+
+pub fn init_logging(verbose: u32) {
+    let default = if verbose > 0 { "debug,wasmtime=info,cranelift=info,h2=info,hyper=info,tower=info" } else { "info" };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
+}
+
+/// Loads every model, then serves HTTP and gRPC until a shutdown signal.
+pub async fn run(options: Options) -> anyhow::Result<()> {
+    let cache_dir = options.component_cache_dir();
+    let repositories = options.model_repositories.clone();
+    let repository = tokio::task::spawn_blocking(move || -> anyhow::Result<ModelRepository> {
+        let runtimes = Runtimes { wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")? };
+        ModelRepository::load_all(&repositories, &runtimes).map_err(anyhow::Error::msg)
+    })
+    .await??;
+    report_failures(&repository);
+    if options.exit_on_error && !repository.all_ready() {
+        anyhow::bail!("exiting: some models failed to load (see above); pass --exit-on-error=false to serve the rest");
+    }
+    let context = Arc::new(ServerContext::new(options, repository));
+    let http_listener = bind(context.options.http_address, context.options.http_port, "HTTP").await?;
+    let grpc_listener = bind(context.options.grpc_address, context.options.grpc_port, "gRPC").await?;
+    tracing::info!("Started HTTPService at {}", display_addr(&http_listener));
+    tracing::info!("Started GRPCInferenceService at {}", display_addr(&grpc_listener));
+
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let stopped = |mut rx: watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|stop| *stop).await;
+    };
+    let http = tokio::spawn(http::serve(http_listener, context.clone(), stopped(stop_rx.clone())));
+    let grpc = tokio::spawn(grpc::serve(grpc_listener, context.clone(), stopped(stop_rx)));
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight requests");
+    context.shutting_down.store(true, Ordering::Relaxed);
+    let _ = stop_tx.send(true);
+    http.await?.context("HTTP server failed")?;
+    grpc.await?.context("gRPC server failed")?;
+    tracing::info!("stopped");
+    Ok(())
+}
+
+fn report_failures(repository: &ModelRepository) {
+    for model in repository.models() {
+        for failure in model.failures() {
+            tracing::error!(model = %model.name, "failed to load: {failure}");
+        }
+    }
+}
+
+async fn bind(address: std::net::IpAddr, port: u16, what: &str) -> anyhow::Result<TcpListener> {
+    let address = SocketAddr::new(address, port);
+    TcpListener::bind(address).await.with_context(|| format!("cannot listen for {what} on {address}"))
+}
+
+fn display_addr(listener: &TcpListener) -> String {
+    listener.local_addr().map(|a| a.to_string()).unwrap_or_else(|_| "?".into())
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("installing a SIGTERM handler cannot fail on unix");
+        tokio::select! {
+            _ = interrupt => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = interrupt.await;
+}

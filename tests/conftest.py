@@ -1,0 +1,196 @@
+"""Test fixtures: the real `tessera` binary on loopback ports, serving repositories built from the real
+plugins (built by `scripts/dev setup`). Nothing here mocks the server or the protocol."""
+
+import os
+import pathlib
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+import requests
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+BINARY = ROOT / "target" / "release" / "tessera"
+PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
+
+# Every KServe data type that tritonclient can send from numpy, with its config name.
+DTYPES = {
+    "BOOL": "TYPE_BOOL",
+    "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16",
+    "INT32": "TYPE_INT32",
+    "INT64": "TYPE_INT64",
+    "UINT8": "TYPE_UINT8",
+    "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32",
+    "UINT64": "TYPE_UINT64",
+    "FP16": "TYPE_FP16",
+    "FP32": "TYPE_FP32",
+    "FP64": "TYPE_FP64",
+    "BYTES": "TYPE_STRING",
+}
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tensor_config(kind, name, config_type, dims):
+    return f'{kind} [ {{ name: "{name}" data_type: {config_type} dims: [ {", ".join(map(str, dims))} ] }} ]\n'
+
+
+def add_model(repo, name, config, plugin=None, versions=(1,), files=None):
+    """Writes <repo>/<name>/config.pbtxt and version directories holding the plugin (if any) and files."""
+    model = pathlib.Path(repo) / name
+    model.mkdir(parents=True, exist_ok=True)
+    (model / "config.pbtxt").write_text(config)
+    for version in versions:
+        vdir = model / str(version)
+        vdir.mkdir(exist_ok=True)
+        if plugin:
+            shutil.copy(PLUGINS / f"{plugin}.wasm", vdir / "model.wasm")
+        for fname, content in (files or {}).items():
+            (vdir / fname).write_bytes(content)
+    return model
+
+
+def identity_config(name, config_type):
+    return (
+        f'name: "{name}"\nbackend: "wasm"\nmax_batch_size: 0\n'
+        + tensor_config("input", "INPUT0", config_type, [-1])
+        + tensor_config("output", "OUTPUT0", config_type, [-1])
+    )
+
+
+class Server:
+    """One tessera process on free loopback ports, its log captured to a file."""
+
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None):
+        self.http_port = free_port()
+        self.grpc_port = free_port()
+        self.log_path = pathlib.Path(tmp_path) / f"tessera-{self.http_port}.log"
+        self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
+        args = [str(BINARY)]
+        for repo in repositories:
+            args += ["--model-repository", str(repo)]
+        args += [
+            "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
+            "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+            "--cache-dir", str(self.cache_dir),
+            *flags,
+        ]
+        self.log_file = open(self.log_path, "w")
+        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    @property
+    def http_url(self):
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self):
+        return f"127.0.0.1:{self.grpc_port}"
+
+    def url(self, path):
+        return f"http://{self.http_url}{path}"
+
+    def log(self):
+        self.log_file.flush()
+        return self.log_path.read_text()
+
+    def wait_live(self, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"tessera exited with {self.process.returncode}:\n{self.log()}")
+            try:
+                if requests.get(self.url("/v2/health/live"), timeout=1).status_code == 200:
+                    return self
+            except requests.ConnectionError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError(f"tessera not live after {timeout}s:\n{self.log()}")
+
+    def wait_exit(self, timeout=60):
+        return self.process.wait(timeout=timeout)
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log_file.close()
+        return self.process.returncode
+
+
+@pytest.fixture(scope="session", autouse=True)
+def built():
+    missing = [p for p in [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm"] if not p.exists()]
+    if missing:
+        pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)
+
+
+@pytest.fixture(scope="session")
+def repo(tmp_path_factory):
+    """A repository with the default models, an identity model per data type, the faulty plugin, and
+    several broken models next to them."""
+    root = tmp_path_factory.mktemp("repo")
+    add_model(root, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    for dtype, config_type in DTYPES.items():
+        add_model(root, f"identity_{dtype.lower()}", identity_config(f"identity_{dtype.lower()}", config_type), plugin="identity")
+    add_model(
+        root,
+        "faulty",
+        'backend: "wasm"\n'
+        + tensor_config("input", "MODE", "TYPE_INT32", [1])
+        + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]),
+        plugin="faulty",
+    )
+    # Broken models: each must fail alone, with its reason, while the others serve.
+    add_model(root, "bad_syntax", 'backend: "wasm"\ninput [\n  { name: "A" data_type: TYPE_NOPE dims: [ 1 ] }\n]\n', plugin="identity")
+    add_model(
+        root,
+        "tf_simple",
+        (ROOT / "model_repository/simple/config.pbtxt").read_text().replace('name: "simple"', 'name: "tf_simple"').replace(
+            'backend: "wasm"', 'platform: "tensorflow_graphdef"'
+        ),
+        files={"model.graphdef": b"not really a graph"},
+    )
+    add_model(root, "no_plugin", identity_config("no_plugin", "TYPE_FP32"))
+    add_model(root, "not_a_component", identity_config("not_a_component", "TYPE_FP32"), files={"model.wasm": b"\0asm garbage"})
+    (root / "no_versions").mkdir()
+    (root / "no_versions" / "config.pbtxt").write_text(identity_config("no_versions", "TYPE_FP32"))
+    return root
+
+
+@pytest.fixture(scope="session")
+def server(repo, tmp_path_factory):
+    s = Server([repo], tmp_path_factory.mktemp("server"), "--exit-on-error=false", "--strict-readiness=false")
+    s.wait_live()
+    yield s
+    assert s.stop() == 0, s.log()
+
+
+@pytest.fixture
+def http_client(server):
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def grpc_client(server):
+    import tritonclient.grpc as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    yield client
+    client.close()
