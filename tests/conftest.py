@@ -99,7 +99,8 @@ class Server:
         return f"http://{self.http_url}{path}"
 
     def log(self):
-        self.log_file.flush()
+        if not self.log_file.closed:
+            self.log_file.flush()
         return self.log_path.read_text()
 
     def wait_live(self, timeout=60):

@@ -119,6 +119,9 @@ impl Signature {
                 spec.full_shape(self.max_batch_size)
             ))
         };
+        if tensor.shape.iter().any(|&d| d < 0) {
+            return Err(Error::invalid(format!("{role} '{}' has a negative dimension in shape {:?}", tensor.name, tensor.shape)));
+        }
         let dims = if self.max_batch_size > 0 {
             let (&size, rest) = tensor.shape.split_first().ok_or_else(shape_error)?;
             if size < 1 || size > self.max_batch_size {
@@ -138,9 +141,6 @@ impl Signature {
         } else {
             &tensor.shape[..]
         };
-        if dims.iter().any(|&d| d < 0) {
-            return Err(Error::invalid(format!("{role} '{}' has a negative dimension in shape {:?}", tensor.name, tensor.shape)));
-        }
         let matches = dims.len() == spec.dims.len() && dims.iter().zip(&spec.dims).all(|(&d, &s)| s == -1 || d == s);
         if !matches {
             return Err(shape_error());

@@ -1,6 +1,7 @@
 //! A plugin that misbehaves on request, for the sandbox tests. Input `MODE` (INT32, one element) picks what
 //! it does: 0 echoes `MODE` back as `OUTPUT`, 1 traps (a Rust panic, which aborts the instance), 2 answers
-//! that request with an error. The server must survive every one of them and keep serving.
+//! that request with an error. The server must survive every one of them and keep serving. It also prints
+//! a line when initialised, to show that guest stdout reaches the server log.
 
 wit_bindgen::generate!({ path: "../../wit", world: "backend" });
 
@@ -13,7 +14,9 @@ impl Guest for Faulty {
         Ok(config_json)
     }
 
-    fn initialize(_args: Vec<(String, String)>) -> Result<(), String> {
+    fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
+        let instance = args.iter().find(|(k, _)| k == "model_instance_name").map_or("?", |(_, v)| v.as_str());
+        println!("faulty plugin initialised as {instance}");
         Ok(())
     }
 
