@@ -189,11 +189,12 @@ def faulty_body(mode):
     return infer_body([{"name": "MODE", "shape": [1], "datatype": "INT32", "data": [mode]}])
 
 
-def test_plugin_trap_fails_only_that_request(http):
+def test_plugin_trap_fails_only_that_request(http, server):
     assert http("/v2/models/faulty/infer", faulty_body(0)).json()["outputs"][0]["data"] == [0]
     trapped = http("/v2/models/faulty/infer", faulty_body(1))
     assert_error(trapped, 500, "faulty", "trap")
-    # The instance was re-created: the same model answers the next request.
+    # The instance was re-created: the model stays ready and answers the next request.
+    assert requests.get(server.url("/v2/models/faulty/ready")).status_code == 200
     assert http("/v2/models/faulty/infer", faulty_body(0)).status_code == 200
     assert_error(http("/v2/models/faulty/infer", faulty_body(2)), 500, "asked to fail")
     assert http("/v2/models/faulty/infer", faulty_body(0)).status_code == 200

@@ -182,3 +182,17 @@ def test_concurrent_http_requests_all_answered(server):
 
     with ThreadPoolExecutor(8) as pool:
         assert all(pool.map(call, range(64)))
+
+
+def test_example_client_runs(server):
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "examples/simple_client.py"), "--http", server.http_url, "--grpc", server.grpc_url],
+        capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    assert "tritonclient.http: [ 0  1  2  3" in out and "= [ 1  2  3" in out
+    assert "tritonclient.grpc:" in out
