@@ -11,3 +11,7 @@ test *ARGS:
 # Set everything up without running anything.
 setup:
     scripts/dev setup
+
+# Build everything, install the real Triton and perf_analyzer, and benchmark both side by side.
+bench *ARGS:
+    scripts/dev bench {{ARGS}}

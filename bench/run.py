@@ -1,0 +1,290 @@
+"""Tessera against the real Triton, side by side, in one run on this machine.
+
+Serves `simple` (INT32 [16] add/sub, max_batch_size 8) both ways — Triton 2.51 with a python-backend
+model.py, Tessera with the Wasm add_sub plugin, identical config otherwise — on loopback, and measures:
+
+- perf_analyzer over HTTP and gRPC at each concurrency, the two servers interleaved (A B, then B A, …) so
+  machine drift hits both; per point the medians of throughput and p50/p99, and the ratio Tessera/Triton
+  as the median of the per-trial ratios;
+- a tritonclient Python loop of sequential calls per protocol;
+- time from process start to `/v2/health/ready` (median of several starts; Tessera's compiled-plugin cache
+  warm); idle RSS after start and RSS after the load (Triton's includes its python stub process).
+
+Writes a Markdown table and a CSV under .cache/bench/results/ and prints the Markdown.
+Run through `scripts/dev bench` (which builds everything and installs the reference side first).
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import pathlib
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+CACHE = ROOT / ".cache" / "bench"
+TESSERA = ROOT / "target" / "release" / "tessera"
+TRITON = CACHE / "triton"
+PERF = CACHE / "perf_analyzer"
+NUMPY = CACHE / "numpy"
+RESULTS = CACHE / "results"
+
+
+def prepare_repositories():
+    """Two repositories with the same `simple` config, differing only in the backend line."""
+    config = (ROOT / "model_repository" / "simple" / "config.pbtxt").read_text()
+    repos = CACHE / "repos"
+    shutil.rmtree(repos, ignore_errors=True)
+    tessera = repos / "tessera" / "simple"
+    (tessera / "1").mkdir(parents=True)
+    (tessera / "config.pbtxt").write_text(config)
+    shutil.copy(ROOT / "model_repository" / "simple" / "1" / "model.wasm", tessera / "1" / "model.wasm")
+    triton = repos / "triton" / "simple"
+    (triton / "1").mkdir(parents=True)
+    (triton / "config.pbtxt").write_text(config.replace('backend: "wasm"', 'backend: "python"'))
+    shutil.copy(ROOT / "bench" / "triton_simple" / "model.py", triton / "1" / "model.py")
+    # Triton's python stub starts an isolated interpreter that ignores PYTHONPATH and PYTHONHOME; the model
+    # directory is on its sys.path, so numpy is linked in there.
+    for entry in ("numpy", "numpy.libs"):
+        (triton / entry).symlink_to(NUMPY / entry)
+    return repos / "tessera", repos / "triton"
+
+
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, name, command, env, http, grpc):
+        self.name, self.command, self.env, self.http, self.grpc = name, command, env, http, grpc
+        self.process = None
+
+    def start(self):
+        """Starts the server and returns the seconds until /v2/health/ready answered 200."""
+        log = open(CACHE / f"{self.name}.log", "a")
+        started = time.monotonic()
+        self.process = subprocess.Popen(self.command, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = started + 120
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise SystemExit(f"{self.name} exited with {self.process.returncode}; see {log.name}")
+            try:
+                with urllib.request.urlopen(f"http://{self.http}/v2/health/ready", timeout=1) as r:
+                    if r.status == 200:
+                        return time.monotonic() - started
+            except OSError:
+                pass
+            time.sleep(0.002)
+        raise SystemExit(f"{self.name} not ready after 120 s")
+
+    def stop(self):
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+    def rss_mib(self):
+        """Resident memory of the server and every process below it (Triton's python stubs)."""
+        pids = [self.process.pid]
+        for pid in pids:
+            pids.extend(children(pid))
+        return sum(rss_kib(pid) for pid in pids) / 1024
+
+
+def children(pid):
+    try:
+        return [int(c) for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+def rss_kib(pid):
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def tessera_server(repo):
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    command = [str(TESSERA), "--model-repository", str(repo), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+               "--cache-dir", str(CACHE / "tessera-cache")]
+    env = {**os.environ, "TESSERA_LOG": "warn"}
+    return Server("tessera", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
+
+
+def triton_server(repo):
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    server_dir = TRITON / "pytriton" / "tritonserver"
+    command = [str(server_dir / "bin" / "tritonserver"), "--model-repository", str(repo),
+               "--backend-directory", str(server_dir / "backends"),
+               "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics), "--log-info=false"]
+    libs = f"{TRITON / 'nvidia_pytriton.libs'}:{pathlib.Path(sys.base_prefix) / 'lib'}"
+    env = {**os.environ, "LD_LIBRARY_PATH": libs}
+    return Server("triton", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
+
+
+def perf_analyzer(server, protocol, concurrency, measurement_ms):
+    """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs)."""
+    with tempfile.NamedTemporaryFile(suffix=".csv") as out:
+        url = server.http if protocol == "http" else server.grpc
+        command = [str(PERF / "perf_analyzer"), "-m", "simple", "-u", url, "-i", protocol,
+                   "--concurrency-range", str(concurrency), "-s", "50", "--measurement-interval", str(measurement_ms),
+                   "--percentile", "99", "-f", out.name]
+        env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
+        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+        if result.returncode != 0:
+            raise SystemExit(f"perf_analyzer failed against {server.name}:\n{result.stdout}\n{result.stderr}")
+        row = next(csv.DictReader(open(out.name)))
+    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+
+
+def client_loop(server, protocol, calls):
+    """Sequential tritonclient calls; returns the median microseconds per call."""
+    import numpy as np
+
+    if protocol == "http":
+        import tritonclient.http as module
+        client = module.InferenceServerClient(server.http)
+    else:
+        import tritonclient.grpc as module
+        client = module.InferenceServerClient(server.grpc)
+    a = np.arange(16, dtype=np.int32).reshape(1, 16)
+    inputs = [module.InferInput("INPUT0", a.shape, "INT32"), module.InferInput("INPUT1", a.shape, "INT32")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(a)
+    timings = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        client.infer("simple", inputs)
+        timings.append(time.perf_counter() - start)
+    client.close()
+    return statistics.median(timings) * 1e6
+
+
+def interleaved(trials, measure):
+    """Runs measure(server) for both servers `trials` times, alternating which goes first."""
+    results = {"tessera": [], "triton": []}
+    for trial in range(trials):
+        order = ["tessera", "triton"] if trial % 2 == 0 else ["triton", "tessera"]
+        for name in order:
+            results[name].append(measure(name))
+    return results
+
+
+def ratio(ours, theirs):
+    return statistics.median(a / b for a, b in zip(ours, theirs))
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Tessera vs Triton on `simple`")
+    parser.add_argument("--trials", type=int, default=3, help="perf_analyzer runs per server and point")
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--measurement-ms", type=int, default=2000)
+    parser.add_argument("--calls", type=int, default=1000, help="sequential tritonclient calls per protocol")
+    parser.add_argument("--starts", type=int, default=3, help="starts per server for start-to-ready")
+    args = parser.parse_args()
+    began = time.monotonic()
+    tessera_repo, triton_repo = prepare_repositories()
+    servers = {"tessera": tessera_server(tessera_repo), "triton": triton_server(triton_repo)}
+    rows, summary = [], {}
+
+    # Warm Tessera's compiled-plugin cache, then time starts, alternating the servers.
+    servers["tessera"].start()
+    servers["tessera"].stop()
+    starts = interleaved(args.starts, lambda n: (servers[n].start(), servers[n].stop())[0])
+    for name, server in servers.items():
+        server.start()
+    time.sleep(1)
+    idle = {name: s.rss_mib() for name, s in servers.items()}
+    try:
+        for protocol in ("http", "grpc"):
+            for concurrency in map(int, args.concurrency.split(",")):
+                points = interleaved(args.trials, lambda n: perf_analyzer(servers[n], protocol, concurrency, args.measurement_ms))
+                med = {n: [statistics.median(p[i] for p in points[n]) for i in range(3)] for n in points}
+                row = {
+                    "protocol": protocol, "concurrency": concurrency,
+                    "tessera_infer_per_s": med["tessera"][0], "triton_infer_per_s": med["triton"][0],
+                    "throughput_ratio": ratio([p[0] for p in points["tessera"]], [p[0] for p in points["triton"]]),
+                    "tessera_p50_us": med["tessera"][1], "triton_p50_us": med["triton"][1],
+                    "p50_ratio": ratio([p[1] for p in points["tessera"]], [p[1] for p in points["triton"]]),
+                    "tessera_p99_us": med["tessera"][2], "triton_p99_us": med["triton"][2],
+                }
+                rows.append(row)
+                print(f"  {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s vs triton "
+                      f"{row['triton_infer_per_s']:.0f}/s (x{row['throughput_ratio']:.2f})", flush=True)
+        loops = {p: interleaved(1, lambda n: client_loop(servers[n], p, args.calls)) for p in ("http", "grpc")}
+        loaded = {name: s.rss_mib() for name, s in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
+    summary = {
+        "start_to_ready_ms": {n: statistics.median(v) * 1000 for n, v in starts.items()},
+        "idle_rss_mib": idle, "loaded_rss_mib": loaded,
+        "client_loop_us": {p: {n: v[0] for n, v in loops[p].items()} for p in loops},
+    }
+    write_results(rows, summary, args, time.monotonic() - began)
+
+
+def write_results(rows, summary, args, elapsed):
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    with open(RESULTS / f"bench-{stamp}.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    cores = os.cpu_count()
+    lines = [
+        f"Measured {stamp} on {platform.machine()} with {cores} cores, in one run: "
+        f"`scripts/dev bench --trials {args.trials} --concurrency {args.concurrency} --measurement-ms {args.measurement_ms}` "
+        f"({elapsed / 60:.1f} min). Triton 2.51 (python backend) vs Tessera (Wasm plugin), model `simple`; "
+        "perf_analyzer 2.51, `-s 50`, medians of the trials; ratio = median of per-trial Tessera/Triton ratios.",
+        "",
+        "| protocol | concurrency | Tessera infer/s | Triton infer/s | throughput ratio | Tessera p50 µs | Triton p50 µs | p50 ratio | Tessera p99 µs | Triton p99 µs |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['protocol']} | {r['concurrency']} | {r['tessera_infer_per_s']:.0f} | {r['triton_infer_per_s']:.0f} | "
+            f"{r['throughput_ratio']:.2f}× | {r['tessera_p50_us']:.0f} | {r['triton_p50_us']:.0f} | {r['p50_ratio']:.2f} | "
+            f"{r['tessera_p99_us']:.0f} | {r['triton_p99_us']:.0f} |"
+        )
+    s = summary
+    lines += [
+        "",
+        "| | Tessera | Triton |",
+        "|---|---|---|",
+        f"| start to ready (median of {args.starts}) | {s['start_to_ready_ms']['tessera']:.0f} ms | {s['start_to_ready_ms']['triton']:.0f} ms |",
+        f"| idle RSS after start | {s['idle_rss_mib']['tessera']:.1f} MiB | {s['idle_rss_mib']['triton']:.1f} MiB |",
+        f"| RSS after the load | {s['loaded_rss_mib']['tessera']:.1f} MiB | {s['loaded_rss_mib']['triton']:.1f} MiB |",
+        f"| tritonclient HTTP, {args.calls} sequential calls, median per call | {s['client_loop_us']['http']['tessera']:.0f} µs | {s['client_loop_us']['http']['triton']:.0f} µs |",
+        f"| tritonclient gRPC, {args.calls} sequential calls, median per call | {s['client_loop_us']['grpc']['tessera']:.0f} µs | {s['client_loop_us']['grpc']['triton']:.0f} µs |",
+    ]
+    text = "\n".join(lines) + "\n"
+    (RESULTS / f"bench-{stamp}.md").write_text(text)
+    print()
+    print(text)
+    print(f"written: {RESULTS / f'bench-{stamp}.md'} and .csv")
+
+
+if __name__ == "__main__":
+    main()
