@@ -108,9 +108,10 @@ pub fn init_logging(verbose: u32) {
 pub async fn run(options: Options) -> anyhow::Result<()> {
     let cache_dir = options.component_cache_dir();
     let repositories = options.model_repositories.clone();
+    let runtime = tokio::runtime::Handle::current();
     let repository = tokio::task::spawn_blocking(move || -> anyhow::Result<ModelRepository> {
         let runtimes = Runtimes { wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")? };
-        ModelRepository::load_all(&repositories, &runtimes).map_err(anyhow::Error::msg)
+        ModelRepository::load_all(&runtime, &repositories, &runtimes).map_err(anyhow::Error::msg)
     })
     .await??;
     report_failures(&repository);
@@ -135,6 +136,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     http.await?.context("HTTP server failed")?;
     grpc.await?.context("gRPC server failed")?;
+    context.repository.shutdown().await;
     tracing::info!("stopped");
     Ok(())
 }

@@ -1,29 +1,37 @@
 //! Backends run models. A `Backend` is one loaded model version (compiled code, weights); it creates
-//! `Instance`s, each of which executes batches of requests on its own thread. The scheduler owns the
-//! instances; backends never see where a request came from. One submodule per kind of backend.
+//! `Instance`s, each of which executes batches of requests. The scheduler owns the instances; backends never
+//! see where a request came from. One submodule per kind of backend.
+//!
+//! `execute` is async so that a backend whose work is short and interruptible (Wasm, which yields to the
+//! runtime at every epoch tick) runs on the request's own task with no thread hand-off, while a backend that
+//! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
 pub mod wasm;
 
 use std::path::Path;
 use std::sync::Arc;
 
+use async_trait::async_trait;
+
 use crate::error::Result;
 use crate::inference::InferenceRequest;
 use crate::model_config::ModelConfig;
 use crate::tensor::Tensor;
 
+#[async_trait]
 pub trait Backend: Send + Sync {
     /// Creates and initialises one instance; `instance_name` is e.g. `simple_0_1`. An error fails the load.
-    fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String>;
+    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String>;
 }
 
+#[async_trait]
 pub trait Instance: Send {
     /// Executes the requests and returns one result per request, in order: the outputs it produced, or why
     /// that request failed.
-    fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>>;
+    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>>;
 
     /// Called once before the instance is dropped.
-    fn finalize(&mut self) {}
+    async fn finalize(&mut self) {}
 }
 
 /// What a backend needs to load one model version.
@@ -42,7 +50,10 @@ pub struct Runtimes {
 }
 
 impl Runtimes {
-    /// Loads a model version with the backend its (normalised) config names.
+    pub const AVAILABLE: [&'static str; 1] = ["wasm"];
+
+    /// Loads a model version with the backend its (normalised) config names. Compiles: call it from a
+    /// blocking thread.
     pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<Arc<dyn Backend>, String> {
         match ctx.config.backend.as_str() {
             "wasm" => Ok(Arc::new(self.wasm.load(ctx)?)),
@@ -56,6 +67,4 @@ impl Runtimes {
             }
         }
     }
-
-    pub const AVAILABLE: [&'static str; 1] = ["wasm"];
 }

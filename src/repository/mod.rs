@@ -61,8 +61,13 @@ pub struct ModelRepository {
 }
 
 impl ModelRepository {
-    /// Scans every repository and loads every model found (control mode `none`).
-    pub fn load_all(repositories: &[PathBuf], runtimes: &Runtimes) -> std::result::Result<Self, String> {
+    /// Scans every repository and loads every model found (control mode `none`). Blocks: call it from a
+    /// blocking thread of `runtime`.
+    pub fn load_all(
+        runtime: &tokio::runtime::Handle,
+        repositories: &[PathBuf],
+        runtimes: &Runtimes,
+    ) -> std::result::Result<Self, String> {
         let mut models: BTreeMap<String, ModelRecord> = BTreeMap::new();
         for repository in repositories {
             for (name, path) in model_directories(repository)? {
@@ -75,7 +80,7 @@ impl ModelRepository {
                     models.insert(name.clone(), ModelRecord::failed(&name, &path, reason));
                     continue;
                 }
-                let record = load_model(runtimes, repository, &name, &path);
+                let record = load_model(runtime, runtimes, repository, &name, &path);
                 models.insert(name, record);
             }
         }
@@ -111,6 +116,15 @@ impl ModelRepository {
         }
     }
 
+    /// Finishes in-flight requests and finalises every instance of every model.
+    pub async fn shutdown(&self) {
+        for model in self.models.values() {
+            for version in model.ready_versions() {
+                version.shutdown().await;
+            }
+        }
+    }
+
     /// Whether every model loaded completely (used by strict readiness and exit-on-error).
     pub fn all_ready(&self) -> bool {
         self.models.values().all(|m| m.failures().is_empty())
@@ -131,7 +145,7 @@ fn model_directories(repository: &Path) -> std::result::Result<Vec<(String, Path
     Ok(dirs)
 }
 
-fn load_model(runtimes: &Runtimes, repository: &Path, name: &str, path: &Path) -> ModelRecord {
+fn load_model(runtime: &tokio::runtime::Handle, runtimes: &Runtimes, repository: &Path, name: &str, path: &Path) -> ModelRecord {
     let config = match model_config::load(path, name) {
         Ok(config) => Arc::new(config),
         Err(reason) => return ModelRecord::failed(name, path, reason),
@@ -143,7 +157,7 @@ fn load_model(runtimes: &Runtimes, repository: &Path, name: &str, path: &Path) -
     let versions = selected
         .into_iter()
         .map(|version| {
-            let state = match ModelVersion::load(runtimes, repository, config.clone(), version) {
+            let state = match ModelVersion::load(runtime, runtimes, repository, config.clone(), version) {
                 Ok(model) => {
                     tracing::info!(model = name, version, "loaded, READY");
                     VersionState::Ready(Arc::new(model))

@@ -20,8 +20,10 @@ pub struct ModelVersion {
 }
 
 impl ModelVersion {
-    /// Loads the backend and creates every instance the config's instance groups ask for.
+    /// Loads the backend and creates every instance the config's instance groups ask for. Blocks: call it
+    /// from a blocking thread; instances are initialised on `runtime`.
     pub fn load(
+        runtime: &tokio::runtime::Handle,
         runtimes: &Runtimes,
         repository: &std::path::Path,
         config: Arc<ModelConfig>,
@@ -44,14 +46,13 @@ impl ModelVersion {
         for group in &config.instance_group {
             for index in 0..group.count {
                 let instance_name = format!("{}_{index}", group.name);
-                let instance = backend
-                    .create_instance(&instance_name)
+                let instance = runtime
+                    .block_on(backend.create_instance(&instance_name))
                     .map_err(|e| format!("instance {instance_name}: {e}"))?;
-                instances.push((instance_name, instance));
+                instances.push(instance);
             }
         }
-        let pool = InstancePool::start(&format!("{name}:{version}"), instances)
-            .map_err(|e| format!("cannot start instance threads: {e}"))?;
+        let pool = InstancePool::new(&format!("{name}:{version}"), instances);
         Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool })
     }
 
@@ -62,5 +63,10 @@ impl ModelVersion {
         let produced = self.pool.execute(request).await?;
         let outputs = self.signature.select_outputs(&requested, produced)?;
         Ok(InferenceResponse { model: self.name.clone(), version: self.version, id, outputs })
+    }
+
+    /// Finishes in-flight requests and finalises every instance.
+    pub async fn shutdown(&self) {
+        self.pool.shutdown().await;
     }
 }

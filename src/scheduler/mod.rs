@@ -1,74 +1,108 @@
-//! Moves requests from the async frontends to backend instances. Each model version has one queue and a
-//! pool of instances (`instance_group` count), each on its own OS thread, because backends execute
-//! synchronously (a Wasm call, an ONNX Runtime run) and must not block the async runtime. An idle instance
-//! takes the next request from the shared queue; the answer goes back through a oneshot channel.
+//! Moves requests to backend instances. Each model version has a pool of instances (`instance_group`
+//! count); a request waits, in arrival order, for an idle instance (a fair semaphore is the queue), then
+//! runs on it. The execution is spawned as a task of its own so that a client that disconnects mid-request
+//! cannot abandon an instance half-way through a call: the call finishes and the instance goes back to
+//! the pool. Spawned from a runtime thread, that task runs next on the same thread, so no hand-off to
+//! another thread happens on the way.
 
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-use crossbeam_channel::{Receiver, Sender};
-use tokio::sync::oneshot;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backends::Instance;
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
 use crate::tensor::Tensor;
 
-struct Job {
-    request: InferenceRequest,
-    reply: oneshot::Sender<Result<Vec<Tensor>>>,
+pub struct InstancePool {
+    label: String,
+    shared: Arc<Shared>,
 }
 
-pub struct InstancePool {
-    queue: Option<Sender<Job>>,
-    workers: Vec<JoinHandle<()>>,
+struct Shared {
+    idle: Mutex<Vec<Box<dyn Instance>>>,
+    /// One permit per idle instance; waiting on it is waiting in the queue.
+    permits: Arc<Semaphore>,
+    /// Instances not retired after a host panic; when none remain, the queue closes.
+    live: AtomicUsize,
 }
 
 impl InstancePool {
-    /// Starts one worker thread per instance; `label` ("model:version") names the threads.
-    pub fn start(label: &str, instances: Vec<(String, Box<dyn Instance>)>) -> std::io::Result<Self> {
-        let (queue, jobs) = crossbeam_channel::unbounded();
-        let workers = instances
-            .into_iter()
-            .map(|(name, instance)| {
-                let jobs = jobs.clone();
-                std::thread::Builder::new()
-                    .name(format!("{label}/{name}"))
-                    .spawn(move || serve(instance, jobs))
-            })
-            .collect::<std::io::Result<_>>()?;
-        Ok(InstancePool { queue: Some(queue), workers })
+    /// `label` ("model:version") names the pool in errors.
+    pub fn new(label: &str, instances: Vec<Box<dyn Instance>>) -> Self {
+        let count = instances.len();
+        InstancePool {
+            label: label.to_string(),
+            shared: Arc::new(Shared {
+                idle: Mutex::new(instances),
+                permits: Arc::new(Semaphore::new(count)),
+                live: AtomicUsize::new(count),
+            }),
+        }
     }
 
-    /// Queues the request and waits for an instance to execute it.
+    /// Waits for an idle instance and executes the request on it.
     pub async fn execute(&self, request: InferenceRequest) -> Result<Vec<Tensor>> {
-        let (reply, answer) = oneshot::channel();
-        let queue = self.queue.as_ref().expect("the queue lives until drop");
-        queue
-            .send(Job { request, reply })
-            .map_err(|_| Error::Unavailable("the model is being unloaded".into()))?;
-        answer.await.map_err(|_| Error::internal("the model instance stopped before answering"))?
+        let permit = self.shared.permits.clone().acquire_owned().await.map_err(|_| self.closed())?;
+        let mut lease = Lease::take(self.shared.clone(), permit);
+        let run = tokio::spawn(async move {
+            let mut results = lease.instance().execute(std::slice::from_ref(&request)).await;
+            results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")))
+        });
+        run.await.map_err(|e| Error::internal(format!("model '{}' failed while executing: {e}", self.label)))?
+    }
+
+    /// Waits for every in-flight request, then finalises each instance. Later requests are refused.
+    pub async fn shutdown(&self) {
+        let count = self.shared.live.load(Ordering::Acquire) as u32;
+        if let Ok(all) = self.shared.permits.acquire_many(count).await {
+            all.forget();
+        }
+        self.shared.permits.close();
+        let instances = std::mem::take(&mut *self.shared.idle.lock().expect("pool lock"));
+        for mut instance in instances {
+            instance.finalize().await;
+        }
+    }
+
+    fn closed(&self) -> Error {
+        Error::Unavailable(format!("model '{}' is unloading or has no working instance left", self.label))
     }
 }
 
-impl Drop for InstancePool {
-    /// Closes the queue, lets the instances finish what was queued, finalise and exit.
+/// An instance taken from the pool for one execution, given back when dropped.
+struct Lease {
+    shared: Arc<Shared>,
+    instance: Option<Box<dyn Instance>>,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Lease {
+    fn take(shared: Arc<Shared>, permit: OwnedSemaphorePermit) -> Self {
+        let instance = shared.idle.lock().expect("pool lock").pop().expect("a permit is held for every idle instance");
+        Lease { shared, instance: Some(instance), permit: Some(permit) }
+    }
+
+    fn instance(&mut self) -> &mut dyn Instance {
+        self.instance.as_deref_mut().expect("present until drop")
+    }
+}
+
+impl Drop for Lease {
     fn drop(&mut self) {
-        self.queue = None;
-        for worker in self.workers.drain(..) {
-            let _ = worker.join();
+        let instance = self.instance.take().expect("present until drop");
+        let permit = self.permit.take().expect("present until drop");
+        if std::thread::panicking() {
+            // The instance may be half-way through a call: retire it, and its permit with it.
+            drop(instance);
+            permit.forget();
+            if self.shared.live.fetch_sub(1, Ordering::AcqRel) == 1 {
+                self.shared.permits.close();
+            }
+            return;
         }
+        self.shared.idle.lock().expect("pool lock").push(instance);
+        drop(permit);
     }
-}
-
-/// One instance's loop: execute requests until the queue closes, then finalise.
-fn serve(mut instance: Box<dyn Instance>, jobs: Receiver<Job>) {
-    for job in jobs.iter() {
-        if job.reply.is_closed() {
-            continue; // the client went away while the request was queued
-        }
-        let mut results = instance.execute(std::slice::from_ref(&job.request));
-        let result = results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")));
-        let _ = job.reply.send(result);
-    }
-    instance.finalize();
 }

@@ -5,6 +5,11 @@
 //! instances share nothing and run in parallel. A trap (panic, out-of-bounds access, …) fails only the
 //! requests of that `execute` call: the store is thrown away and a fresh instance created and initialised
 //! for the next call, and the model stays ready.
+//!
+//! Calls into a plugin are async and run on the request's own task: no hand-off to another thread, which
+//! on a busy machine costs more than the plugin's work. So that a long-running plugin cannot hold a runtime
+//! thread, a background thread advances the engine's epoch every `EPOCH_TICK` and every store yields to
+//! the executor at each tick.
 
 mod cache;
 mod convert;
@@ -12,10 +17,11 @@ mod host;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
-use wasmtime::{Config, Engine, Store};
+use wasmtime::{Config, Engine, Store, UpdateDeadline};
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use self::bindings::{Backend as Bindings, BackendPre};
@@ -27,8 +33,11 @@ use crate::inference::InferenceRequest;
 use crate::tensor::Tensor;
 
 mod bindings {
-    wasmtime::component::bindgen!({ path: "wit", world: "backend" });
+    wasmtime::component::bindgen!({ path: "wit", world: "backend", exports: { default: async } });
 }
+
+/// How often the engine's epoch advances; a running plugin yields to the executor at every tick.
+const EPOCH_TICK: Duration = Duration::from_millis(2);
 
 /// Where plugins see their model version directory (read-only).
 pub const GUEST_MODEL_DIR: &str = "/model";
@@ -42,9 +51,10 @@ pub struct WasmRuntime {
 impl WasmRuntime {
     /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile).
     pub fn new(cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
-        let engine = Engine::new(&Config::new())?;
+        let engine = Engine::new(Config::new().epoch_interruption(true))?;
+        start_epoch_ticker(&engine)?;
         let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_sync(&mut linker)?;
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
         Ok(WasmRuntime { engine, linker, cache: ComponentCache::new(cache_dir) })
     }
@@ -101,11 +111,14 @@ struct Plugin {
 
 impl Plugin {
     /// A fresh store and instance, initialised: used at load and after every trap.
-    fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+    async fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = Store::new(self.pre.engine(), self.new_state()?);
-        let bindings = self.pre.instantiate(&mut store).map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
         bindings
             .call_initialize(&mut store, args)
+            .await
             .map_err(|e| format!("initialize trapped: {e:#}"))?
             .map_err(|e| format!("initialize failed: {e}"))?;
         Ok((store, bindings))
@@ -121,12 +134,13 @@ impl Plugin {
     }
 }
 
+#[async_trait]
 impl Backend for WasmModel {
-    fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
         let plugin = &self.0;
         let mut args = plugin.base_args.clone();
         args.push(("model_instance_name".into(), instance_name.to_string()));
-        let live = plugin.instantiate(&args)?;
+        let live = plugin.instantiate(&args).await?;
         Ok(Box::new(WasmInstance { model: plugin.clone(), args, live: Some(live) }))
     }
 }
@@ -139,9 +153,9 @@ struct WasmInstance {
 }
 
 impl WasmInstance {
-    fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
+    async fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
         if self.live.is_none() {
-            let fresh = self.model.instantiate(&self.args).map_err(|e| {
+            let fresh = self.model.instantiate(&self.args).await.map_err(|e| {
                 Error::internal(format!("model '{}': cannot re-create the plugin instance: {e}", self.model.label))
             })?;
             self.live = Some(fresh);
@@ -150,15 +164,16 @@ impl WasmInstance {
     }
 }
 
+#[async_trait]
 impl Instance for WasmInstance {
-    fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
         let label = self.model.label.clone();
-        let (store, bindings) = match self.live() {
+        let (store, bindings) = match self.live().await {
             Ok(live) => live,
             Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
         };
         let wit_requests: Vec<_> = requests.iter().map(convert::request_to_wit).collect();
-        match bindings.call_execute(&mut *store, &wit_requests) {
+        match bindings.call_execute(&mut *store, &wit_requests).await {
             Ok(results) if results.len() == requests.len() => results
                 .into_iter()
                 .map(|r| match r {
@@ -183,13 +198,26 @@ impl Instance for WasmInstance {
         }
     }
 
-    fn finalize(&mut self) {
+    async fn finalize(&mut self) {
         if let Some((store, bindings)) = self.live.as_mut() {
-            if let Err(e) = bindings.call_finalize(&mut *store) {
+            if let Err(e) = bindings.call_finalize(&mut *store).await {
                 tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
             }
         }
     }
+}
+
+/// Advances the engine's epoch every `EPOCH_TICK` for as long as the engine exists.
+fn start_epoch_ticker(engine: &Engine) -> std::io::Result<()> {
+    let engine = engine.weak();
+    std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
+        while let Some(engine) = engine.upgrade() {
+            engine.increment_epoch();
+            drop(engine);
+            std::thread::sleep(EPOCH_TICK);
+        }
+    })?;
+    Ok(())
 }
 
 /// The trap's cause in one line (e.g. "wasm trap: wasm `unreachable` instruction executed"), without the
