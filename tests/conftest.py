@@ -146,6 +146,7 @@ def repo(tmp_path_factory):
     add_model(root, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
     for dtype, config_type in DTYPES.items():
         add_model(root, f"identity_{dtype.lower()}", identity_config(f"identity_{dtype.lower()}", config_type), plugin="identity")
+    add_model(root, "identity_bf16", identity_config("identity_bf16", "TYPE_BF16"), plugin="identity")
     add_model(
         root,
         "faulty",

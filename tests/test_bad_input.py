@@ -292,3 +292,21 @@ def test_grpc_health_check(server):
     with grpc.insecure_channel(server.grpc_url) as channel:
         check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)
         assert check(b"") == b"\x08\x01"  # status: SERVING
+
+
+def test_bf16_binary_round_trip(http):
+    # bfloat16 has no numpy type; its bits are the top half of a float32's.
+    values = np.array([1.0, -2.5, 3.140625, 0.0], dtype=np.float32)
+    bits = (values.view(np.uint32) >> 16).astype(np.uint16).tobytes()
+    header = infer_body(
+        [{"name": "INPUT0", "shape": [4], "datatype": "BF16", "parameters": {"binary_data_size": len(bits)}}],
+        outputs=[{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    )
+    head = json.dumps(header).encode()
+    response = http("/v2/models/identity_bf16/infer", data=head + bits, headers={"Inference-Header-Content-Length": str(len(head))})
+    assert response.status_code == 200, response.text
+    length = int(response.headers["Inference-Header-Content-Length"])
+    assert json.loads(response.content[:length])["outputs"][0]["datatype"] == "BF16"
+    assert response.content[length:] == bits
+    as_json = http("/v2/models/identity_bf16/infer", infer_body([{"name": "INPUT0", "shape": [4], "datatype": "BF16", "data": values.tolist()}]))
+    assert as_json.json()["outputs"][0]["data"] == values.tolist()
