@@ -123,9 +123,9 @@ def rss_kib(pid):
     return 0
 
 
-def tessera_server(repo):
+def tessera_server(repo, binary):
     http, grpc, metrics = free_port(), free_port(), free_port()
-    command = [str(TESSERA), "--model-repository", str(repo), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
+    command = [str(binary), "--model-repository", str(repo), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
                "--cache-dir", str(CACHE / "tessera-cache")]
     env = {**os.environ, "TESSERA_LOG": "warn"}
@@ -202,10 +202,11 @@ def main():
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=1000, help="sequential tritonclient calls per protocol")
     parser.add_argument("--starts", type=int, default=3, help="starts per server for start-to-ready")
+    parser.add_argument("--tessera-binary", default=str(TESSERA), help="the tessera build to measure (e.g. an older one)")
     args = parser.parse_args()
     began = time.monotonic()
     tessera_repo, triton_repo = prepare_repositories()
-    servers = {"tessera": tessera_server(tessera_repo), "triton": triton_server(triton_repo)}
+    servers = {"tessera": tessera_server(tessera_repo, args.tessera_binary), "triton": triton_server(triton_repo)}
     rows, summary = [], {}
 
     # Warm Tessera's compiled-plugin cache, then time starts, alternating the servers.

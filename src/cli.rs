@@ -46,6 +46,11 @@ pub struct Options {
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
 
+    /// A backend setting, `<backend>,<setting>=<value>`, e.g. `onnxruntime,library=/opt/ort/libonnxruntime.so`;
+    /// repeat the flag for several.
+    #[arg(long = "backend-config", value_name = "BACKEND,KEY=VALUE", value_parser = parse_backend_config)]
+    pub backend_config: Vec<(String, String, String)>,
+
     /// Largest accepted HTTP request body, after decompression, in bytes.
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
@@ -56,7 +61,18 @@ pub struct Options {
     pub cache_dir: Option<PathBuf>,
 }
 
+fn parse_backend_config(text: &str) -> Result<(String, String, String), String> {
+    let (backend, setting) = text.split_once(',').ok_or("expected <backend>,<setting>=<value>")?;
+    let (key, value) = setting.split_once('=').ok_or("expected <backend>,<setting>=<value>")?;
+    Ok((backend.to_string(), key.to_string(), value.to_string()))
+}
+
 impl Options {
+    /// The last value given for `backend`'s `key` with `--backend-config`.
+    pub fn backend_setting(&self, backend: &str, key: &str) -> Option<&str> {
+        self.backend_config.iter().rev().find(|(b, k, _)| b == backend && k == key).map(|(_, _, v)| v.as_str())
+    }
+
     /// The compiled-plugin cache directory, or `None` when caching is disabled.
     pub fn component_cache_dir(&self) -> Option<PathBuf> {
         let base = match &self.cache_dir {

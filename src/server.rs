@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::{wasm::WasmRuntime, Runtimes};
+use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, Runtimes};
 use crate::cli::Options;
 use crate::error::Result;
 use crate::frontends::{grpc, http};
@@ -107,10 +107,14 @@ pub fn init_logging(verbose: u32) {
 /// Loads every model, then serves HTTP and gRPC until a shutdown signal.
 pub async fn run(options: Options) -> anyhow::Result<()> {
     let cache_dir = options.component_cache_dir();
+    let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
     let repositories = options.model_repositories.clone();
     let runtime = tokio::runtime::Handle::current();
     let repository = tokio::task::spawn_blocking(move || -> anyhow::Result<ModelRepository> {
-        let runtimes = Runtimes { wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")? };
+        let runtimes = Runtimes {
+            wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")?,
+            onnx: OnnxRuntime::new(onnx_library),
+        };
         ModelRepository::load_all(&runtime, &repositories, &runtimes).map_err(anyhow::Error::msg)
     })
     .await??;

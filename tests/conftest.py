@@ -15,6 +15,7 @@ import requests
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARY = ROOT / "target" / "release" / "tessera"
 PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
+MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
 
 # Every KServe data type that tritonclient can send from numpy, with its config name.
 DTYPES = {
@@ -133,7 +134,9 @@ class Server:
 
 @pytest.fixture(scope="session", autouse=True)
 def built():
-    missing = [p for p in [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm"] if not p.exists()]
+    needed = [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm", MINILM_TOKENIZER,
+              ROOT / "model_repository/simple_onnx/1/model.onnx", ROOT / "model_repository/minilm/1/model.onnx"]
+    missing = [p for p in needed if not p.exists()]
     if missing:
         pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)
 
@@ -155,7 +158,14 @@ def repo(tmp_path_factory):
         + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]),
         plugin="faulty",
     )
+    for onnx_model in ("simple_onnx", "minilm"):
+        shutil.copytree(ROOT / "model_repository" / onnx_model, root / onnx_model)
     # Broken models: each must fail alone, with its reason, while the others serve.
+    mismatch = root / "onnx_mismatch"
+    shutil.copytree(ROOT / "model_repository" / "simple_onnx", mismatch)
+    (mismatch / "config.pbtxt").write_text(
+        (mismatch / "config.pbtxt").read_text().replace('"simple_onnx"', '"onnx_mismatch"').replace("TYPE_INT32", "TYPE_FP32", 1)
+    )
     add_model(root, "bad_syntax", 'backend: "wasm"\ninput [\n  { name: "A" data_type: TYPE_NOPE dims: [ 1 ] }\n]\n', plugin="identity")
     add_model(
         root,

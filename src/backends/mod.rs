@@ -6,6 +6,7 @@
 //! runtime at every epoch tick) runs on the request's own task with no thread hand-off, while a backend that
 //! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
+pub mod onnx;
 pub mod wasm;
 
 use std::path::Path;
@@ -47,16 +48,18 @@ pub struct LoadContext<'a> {
 /// The process-wide state of every backend kind (engines, caches), created once at start-up.
 pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
+    pub onnx: onnx::OnnxRuntime,
 }
 
 impl Runtimes {
-    pub const AVAILABLE: [&'static str; 1] = ["wasm"];
+    pub const AVAILABLE: [&'static str; 2] = ["wasm", "onnxruntime"];
 
     /// Loads a model version with the backend its (normalised) config names. Compiles: call it from a
     /// blocking thread.
     pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<Arc<dyn Backend>, String> {
         match ctx.config.backend.as_str() {
             "wasm" => Ok(Arc::new(self.wasm.load(ctx)?)),
+            "onnxruntime" => Ok(Arc::new(self.onnx.load(ctx)?)),
             other => {
                 let what = if ctx.config.platform.is_empty() {
                     format!("backend '{other}'")

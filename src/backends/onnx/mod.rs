@@ -1,0 +1,285 @@
+//! The ONNX Runtime backend (`platform: "onnxruntime_onnx"` or `backend: "onnxruntime"`), through `ort` with
+//! the runtime library loaded at run time. The library is found, in order, from
+//! `--backend-config=onnxruntime,library=PATH`, `ORT_DYLIB_PATH`, or the project's cache
+//! (`.cache/onnxruntime/`, put there by setup). Without it ONNX models fail to load with that reason and
+//! everything else keeps serving.
+//!
+//! Each instance owns one ORT session on a thread of its own, because `Session::run` blocks for as long as
+//! the model computes; requests reach it over a channel and answers come back through a oneshot.
+
+mod convert;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, OnceLock};
+
+use async_trait::async_trait;
+use ort::environment::Environment;
+use ort::session::builder::GraphOptimizationLevel;
+use ort::session::Session;
+use tokio::sync::oneshot;
+
+use super::{Backend, Instance, LoadContext};
+use crate::error::{Error, Result};
+use crate::inference::{InferenceRequest, Signature};
+use crate::model_config::ModelConfig;
+use crate::tensor::Tensor;
+
+/// The process-wide ONNX Runtime: where its library is and, once loaded, its environment.
+pub struct OnnxRuntime {
+    library: Option<PathBuf>,
+    environment: OnceLock<std::result::Result<Environment, String>>,
+}
+
+impl OnnxRuntime {
+    /// `configured`: the library path given with `--backend-config=onnxruntime,library=PATH`, if any.
+    pub fn new(configured: Option<PathBuf>) -> Self {
+        let library = configured
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .or_else(project_cache_library);
+        OnnxRuntime { library, environment: OnceLock::new() }
+    }
+
+    /// Loads the library on first use; the outcome (or its error) is kept for every later model.
+    fn environment(&self) -> std::result::Result<&Environment, String> {
+        self.environment
+            .get_or_init(|| {
+                let Some(path) = &self.library else {
+                    return Err("the ONNX Runtime library was not found: run `scripts/dev setup`, set ORT_DYLIB_PATH, \
+                                or pass --backend-config=onnxruntime,library=PATH"
+                        .to_string());
+                };
+                let builder = ort::init_from(path)
+                    .map_err(|e| format!("cannot load the ONNX Runtime library {}: {e}", path.display()))?;
+                builder.with_name("tessera").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))
+            })
+            .as_ref()
+            .map_err(Clone::clone)
+    }
+
+    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<OnnxModel, String> {
+        let environment = self.environment()?.clone();
+        let file = match ctx.config.default_model_filename.as_str() {
+            "" => "model.onnx",
+            name => name,
+        };
+        let path = ctx.version_dir.join(file);
+        if !path.is_file() {
+            return Err(format!("model file {} not found", path.display()));
+        }
+        let options = SessionOptions::from_config(ctx.config)?;
+        let session = options.open(&environment, &path)?;
+        check_against_graph(ctx.config, &session)?;
+        Ok(OnnxModel(Arc::new(Shared {
+            environment,
+            path,
+            options,
+            label: format!("{}:{}", ctx.model, ctx.version),
+            signature: Signature::from_config(ctx.config)?,
+            batching: ctx.config.max_batch_size > 0,
+            reshape: ctx.config.input.iter().filter_map(|i| Some((i.name.clone(), i.reshape.as_ref()?.shape.clone()))).collect(),
+            reshaped_outputs: ctx
+                .config
+                .output
+                .iter()
+                .filter(|o| o.reshape.is_some() && o.dims.iter().all(|&d| d >= 0))
+                .map(|o| (o.name.clone(), o.dims.clone()))
+                .collect(),
+        })))
+    }
+}
+
+/// `<ancestor of the executable>/.cache/onnxruntime/libonnxruntime.so`, where setup puts the library.
+fn project_cache_library() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors()
+        .map(|dir| dir.join(".cache").join("onnxruntime").join("libonnxruntime.so"))
+        .find(|candidate| candidate.is_file())
+}
+
+/// Session settings from the config: `parameters` `intra_op_thread_count` / `inter_op_thread_count` (as in
+/// Triton's ONNX Runtime backend) and `optimization { graph { level } }` (-1 off, 0/absent all, 1 basic,
+/// 2 extended). Without a thread count, the cores are shared out between the model's instances.
+#[derive(Clone, Debug)]
+struct SessionOptions {
+    intra_threads: usize,
+    inter_threads: usize,
+    level: GraphOptimizationLevel,
+}
+
+impl SessionOptions {
+    fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
+        let count = |key: &str| -> std::result::Result<Option<usize>, String> {
+            match config.parameters.get(key) {
+                None => Ok(None),
+                Some(p) => p.string_value.trim().parse().map(Some).map_err(|_| {
+                    format!("parameter {key} must be a non-negative integer, got '{}'", p.string_value)
+                }),
+            }
+        };
+        let instances: usize = config.instance_group.iter().map(|g| g.count.max(1) as usize).sum::<usize>().max(1);
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let level = match config.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level) {
+            Some(-1) => GraphOptimizationLevel::Disable,
+            Some(1) => GraphOptimizationLevel::Level1,
+            Some(2) => GraphOptimizationLevel::Level2,
+            _ => GraphOptimizationLevel::All,
+        };
+        Ok(SessionOptions {
+            intra_threads: count("intra_op_thread_count")?.filter(|&n| n > 0).unwrap_or((cores / instances).max(1)),
+            inter_threads: count("inter_op_thread_count")?.filter(|&n| n > 0).unwrap_or(1),
+            level,
+        })
+    }
+
+    fn open(&self, environment: &Environment, path: &Path) -> std::result::Result<Session, String> {
+        // The builder's errors carry the builder back (ort::Error<SessionBuilder>); only the message matters here.
+        fn fail<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> String + '_ {
+            move |e| format!("cannot load {}: {e}", path.display())
+        }
+        Session::builder(environment)
+            .map_err(fail(path))?
+            .with_intra_threads(self.intra_threads)
+            .map_err(fail(path))?
+            .with_inter_threads(self.inter_threads)
+            .map_err(fail(path))?
+            .with_optimization_level(self.level)
+            .map_err(fail(path))?
+            .commit_from_file(path)
+            .map_err(fail(path))
+    }
+}
+
+/// Refuses a config that contradicts the graph: every configured input and output must exist in the graph
+/// with the same element type and compatible dimensions (the batch dimension prepended when batching).
+fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::Result<(), String> {
+    let batching = config.max_batch_size > 0;
+    let declared = config
+        .input
+        .iter()
+        .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref().map(|r| &r.shape)))
+        .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref().map(|r| &r.shape))));
+    for (role, name, data_type, dims, reshape) in declared {
+        let outlets = if role == "input" { session.inputs() } else { session.outputs() };
+        let Some(outlet) = outlets.iter().find(|o| o.name() == name.as_str()) else {
+            let names: Vec<_> = outlets.iter().map(|o| o.name()).collect();
+            return Err(format!("config {role} '{name}' is not an {role} of the model (the graph has {names:?})"));
+        };
+        let Some((element, graph_dims)) = convert::tensor_signature(outlet.dtype()) else {
+            return Err(format!("{role} '{name}' is not a tensor in the graph"));
+        };
+        let graph_type = convert::datatype_of(element);
+        let config_type = crate::tensor::DataType::from_config(data_type);
+        if graph_type != config_type {
+            return Err(format!(
+                "{role} '{name}' is {} in the config but {element:?} in the graph",
+                config_type.map_or("invalid".to_string(), |t| t.to_string())
+            ));
+        }
+        let mut expected: Vec<i64> = reshape.unwrap_or(dims).clone();
+        if batching {
+            expected.insert(0, -1);
+        }
+        let compatible = expected.len() == graph_dims.len()
+            && expected.iter().zip(&graph_dims).all(|(&c, &g)| c == -1 || g == -1 || c == g);
+        if !compatible {
+            return Err(format!(
+                "{role} '{name}' has dims {expected:?} in the config (batch dimension included) but {graph_dims:?} in the graph"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A loaded ONNX model version; instances open their own sessions from the same file and options.
+pub struct OnnxModel(Arc<Shared>);
+
+struct Shared {
+    environment: Environment,
+    path: PathBuf,
+    options: SessionOptions,
+    label: String,
+    signature: Signature,
+    batching: bool,
+    /// Inputs with a `reshape`: the shape (without batch dimension) the graph expects.
+    reshape: HashMap<String, Vec<i64>>,
+    /// Outputs with a `reshape`: the dims (without batch dimension) clients expect.
+    reshaped_outputs: HashMap<String, Vec<i64>>,
+}
+
+impl Shared {
+    /// `dims` with the batch dimension of `shape` in front when the model batches.
+    fn model_shape(&self, shape: &[i64], dims: &[i64]) -> Vec<i64> {
+        let batch = if self.batching { shape.first().copied() } else { None };
+        batch.into_iter().chain(dims.iter().copied()).collect()
+    }
+}
+
+#[async_trait]
+impl Backend for OnnxModel {
+    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+        let session = self.0.options.open(&self.0.environment, &self.0.path)?;
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let shared = self.0.clone();
+        std::thread::Builder::new()
+            .name(format!("{}/{instance_name}", self.0.label))
+            .spawn(move || serve(session, &shared, queue))
+            .map_err(|e| format!("cannot start the instance thread: {e}"))?;
+        Ok(Box::new(OnnxInstance { jobs }))
+    }
+}
+
+struct Job {
+    requests: Vec<InferenceRequest>,
+    reply: oneshot::Sender<Vec<Result<Vec<Tensor>>>>,
+}
+
+struct OnnxInstance {
+    jobs: mpsc::Sender<Job>,
+}
+
+#[async_trait]
+impl Instance for OnnxInstance {
+    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        let (reply, answer) = oneshot::channel();
+        let lost = || requests.iter().map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
+        if self.jobs.send(Job { requests: requests.to_vec(), reply }).is_err() {
+            return lost();
+        }
+        answer.await.unwrap_or_else(|_| lost())
+    }
+}
+
+/// The instance thread: runs each job's requests until the instance is dropped.
+fn serve(mut session: Session, shared: &Shared, queue: mpsc::Receiver<Job>) {
+    for job in queue {
+        let results = job.requests.iter().map(|r| run(&mut session, shared, r)).collect();
+        let _ = job.reply.send(results);
+    }
+}
+
+fn run(session: &mut Session, shared: &Shared, request: &InferenceRequest) -> Result<Vec<Tensor>> {
+    let fail = |e: String| Error::internal(format!("model '{}': {e}", shared.label));
+    let mut inputs = Vec::with_capacity(request.inputs.len());
+    for tensor in &request.inputs {
+        let value = match shared.reshape.get(&tensor.name) {
+            Some(model_dims) => convert::to_ort(&Tensor { shape: shared.model_shape(&tensor.shape, model_dims), ..tensor.clone() }),
+            None => convert::to_ort(tensor),
+        };
+        inputs.push((tensor.name.clone(), value.map_err(Error::invalid)?));
+    }
+    let output_names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
+    let mut outputs = session.run(inputs).map_err(|e| fail(e.to_string()))?;
+    output_names
+        .iter()
+        .filter(|name| shared.signature.outputs.iter().any(|s| &s.name == *name))
+        .map(|name| {
+            let value = outputs.remove(name.as_str()).ok_or_else(|| fail(format!("no value for output '{name}'")))?;
+            let mut tensor = convert::from_ort(name, value).map_err(fail)?;
+            if let Some(dims) = shared.reshaped_outputs.get(name.as_str()) {
+                tensor.shape = shared.model_shape(&tensor.shape, dims);
+            }
+            Ok(tensor)
+        })
+        .collect()
+}

@@ -1,0 +1,101 @@
+"""The ONNX Runtime backend through tritonclient: results must equal ONNX Runtime's own Python API on the same
+inputs, for the generated add/sub twin of `simple` and for the real all-MiniLM-L6-v2 model. A config that
+contradicts its graph, or a missing runtime library, fails only the ONNX models, with the reason."""
+
+import numpy as np
+import onnxruntime
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tokenizers import Tokenizer
+
+from conftest import MINILM_TOKENIZER, ROOT, Server, add_model
+
+MINILM = ROOT / "model_repository" / "minilm" / "1" / "model.onnx"
+SIMPLE_ONNX = ROOT / "model_repository" / "simple_onnx" / "1" / "model.onnx"
+SENTENCES = ["eating food", "eating bread", "A man is playing a guitar on the stage tonight."]
+
+
+@pytest.fixture(params=["http", "grpc"])
+def client(request, server):
+    module = httpclient if request.param == "http" else grpcclient
+    c = module.InferenceServerClient(server.http_url if request.param == "http" else server.grpc_url)
+    yield module, c
+    c.close()
+
+
+def infer(module, client, model, arrays, outputs):
+    inputs = []
+    for name, array in arrays.items():
+        tensor = module.InferInput(name, array.shape, {np.int32: "INT32", np.int64: "INT64"}[array.dtype.type])
+        tensor.set_data_from_numpy(array)
+        inputs.append(tensor)
+    result = client.infer(model, inputs, outputs=[module.InferRequestedOutput(o) for o in outputs])
+    return {o: result.as_numpy(o) for o in outputs}
+
+
+def test_simple_onnx_equals_onnxruntime(client):
+    module, c = client
+    rng = np.random.default_rng(3)
+    a = rng.integers(-1000, 1000, (5, 16), dtype=np.int32)
+    b = rng.integers(-1000, 1000, (5, 16), dtype=np.int32)
+    got = infer(module, c, "simple_onnx", {"INPUT0": a, "INPUT1": b}, ["OUTPUT0", "OUTPUT1"])
+    session = onnxruntime.InferenceSession(str(SIMPLE_ONNX), providers=["CPUExecutionProvider"])
+    want = session.run(["OUTPUT0", "OUTPUT1"], {"INPUT0": a, "INPUT1": b})
+    np.testing.assert_array_equal(got["OUTPUT0"], want[0])
+    np.testing.assert_array_equal(got["OUTPUT1"], want[1])
+    np.testing.assert_array_equal(got["OUTPUT0"], a + b)
+
+
+def tokenise(sentences):
+    tokenizer = Tokenizer.from_file(str(MINILM_TOKENIZER))
+    tokenizer.enable_padding(pad_id=0)
+    encodings = tokenizer.encode_batch(sentences)
+    ids = np.array([e.ids for e in encodings], dtype=np.int64)
+    mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+
+
+def sentence_embeddings(hidden, mask):
+    summed = (hidden * mask[..., None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
+    return summed / np.linalg.norm(summed, axis=1, keepdims=True)
+
+
+def test_minilm_equals_onnxruntime(client):
+    """Tolerance 1e-4 absolute: the same graph on the same library, possibly with other thread counts."""
+    module, c = client
+    feeds = tokenise(SENTENCES)
+    got = infer(module, c, "minilm", feeds, ["last_hidden_state"])["last_hidden_state"]
+    session = onnxruntime.InferenceSession(str(MINILM), providers=["CPUExecutionProvider"])
+    (want,) = session.run(["last_hidden_state"], feeds)
+    assert got.shape == want.shape == (3, feeds["input_ids"].shape[1], 384)
+    np.testing.assert_allclose(got, want, atol=1e-4, rtol=0)
+    # And the embeddings mean something: the two food sentences are closer to each other than to the guitar.
+    embeddings = sentence_embeddings(got, feeds["attention_mask"])
+    related, unrelated = float(embeddings[0] @ embeddings[1]), float(embeddings[0] @ embeddings[2])
+    assert related > 0.6 and unrelated < 0.3, (related, unrelated)
+
+
+def test_onnx_config_that_contradicts_the_graph_fails_alone(server):
+    response = requests.get(server.url("/v2/models/onnx_mismatch"))
+    assert response.status_code == 400
+    message = response.json()["error"]
+    assert "INPUT0" in message and "FP32" in message and "Int32" in message
+    assert requests.get(server.url("/v2/models/simple_onnx/ready")).status_code == 200
+
+
+def test_missing_onnxruntime_library_fails_only_onnx_models(tmp_path):
+    repo = tmp_path / "repo"
+    add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    import shutil
+
+    shutil.copytree(ROOT / "model_repository" / "simple_onnx", repo / "simple_onnx")
+    server = Server([repo], tmp_path, "--exit-on-error=false", "--backend-config=onnxruntime,library=/nonexistent/libonnxruntime.so")
+    try:
+        server.wait_live()
+        assert requests.get(server.url("/v2/models/simple/ready")).status_code == 200
+        message = requests.get(server.url("/v2/models/simple_onnx")).json()["error"]
+        assert "cannot load the ONNX Runtime library /nonexistent/libonnxruntime.so" in message
+    finally:
+        assert server.stop() == 0
