@@ -30,9 +30,17 @@ pub struct Options {
     #[arg(long, default_value = "0.0.0.0")]
     pub grpc_address: IpAddr,
 
-    /// Port of the Prometheus metrics endpoint.
+    /// Port of the Prometheus metrics endpoint (`/metrics`).
     #[arg(long, default_value_t = 8002)]
     pub metrics_port: u16,
+
+    /// Address the metrics endpoint binds to.
+    #[arg(long, default_value = "0.0.0.0")]
+    pub metrics_address: IpAddr,
+
+    /// Serve Prometheus metrics.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub allow_metrics: bool,
 
     /// Exit at start-up if any model fails to load.
     #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]

@@ -3,7 +3,8 @@
 
 use std::sync::OnceLock;
 
-use prost_reflect::{DescriptorPool, MessageDescriptor};
+use prost::Message;
+use prost_reflect::{DescriptorPool, DynamicMessage, MessageDescriptor, SerializeOptions};
 
 /// Triton's `inference` package: the gRPC service, its messages, and `ModelConfig`.
 pub mod inference {
@@ -25,7 +26,19 @@ pub fn descriptor_pool() -> &'static DescriptorPool {
 
 /// The descriptor of `inference.ModelConfig`.
 pub fn model_config_descriptor() -> MessageDescriptor {
-    descriptor_pool()
-        .get_message_by_name("inference.ModelConfig")
-        .expect("model_config.proto defines inference.ModelConfig")
+    message_descriptor("inference.ModelConfig")
+}
+
+fn message_descriptor(full_name: &str) -> MessageDescriptor {
+    descriptor_pool().get_message_by_name(full_name).unwrap_or_else(|| panic!("proto/ defines {full_name}"))
+}
+
+/// A message as Triton's HTTP endpoints render it: protobuf's JSON mapping with the original field names,
+/// every field printed (defaults included), enums by name and 64-bit integers as numbers.
+pub fn to_triton_json<M: Message>(message: &M, full_name: &str) -> serde_json::Value {
+    let dynamic = DynamicMessage::decode(message_descriptor(full_name), message.encode_to_vec().as_slice())
+        .expect("a message always decodes against its own descriptor");
+    let options =
+        SerializeOptions::new().skip_default_fields(false).use_proto_field_name(true).stringify_64_bit_integers(false);
+    dynamic.serialize_with_options(serde_json::value::Serializer, &options).expect("protobuf JSON serialisation cannot fail")
 }

@@ -13,12 +13,15 @@ use tokio::sync::watch;
 use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, Runtimes};
 use crate::cli::Options;
 use crate::error::Result;
-use crate::frontends::{grpc, http};
+use crate::error::Error;
+use crate::frontends::metrics::Metrics;
+use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::ModelRepository;
 
 /// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 3] = ["binary_tensor_data", "model_configuration", "parameters"];
+pub const EXTENSIONS: [&str; 4] = ["binary_tensor_data", "model_configuration", "parameters", "statistics"];
 
 pub struct ServerContext {
     pub options: Options,
@@ -90,6 +93,18 @@ impl ServerContext {
         })
     }
 
+    /// Statistics of every ready version of every model (empty `model`), of every ready version of one
+    /// model (empty `version`), or of one version.
+    pub fn statistics(&self, model: &str, version: &str) -> Result<ModelStatisticsResponse> {
+        let model_stats = match (model, version) {
+            ("", "") => self.repository.models().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect(),
+            ("", _) => return Err(Error::invalid("a model version needs a model name")),
+            (model, "") => self.repository.record(model)?.ready_versions().map(|v| v.statistics()).collect(),
+            (model, version) => vec![self.repository.version(model, version)?.statistics()],
+        };
+        Ok(ModelStatisticsResponse { model_stats })
+    }
+
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
         let model = self.repository.version(&request.model, &request.version)?;
         model.infer(request).await
@@ -110,12 +125,14 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
     let repositories = options.model_repositories.clone();
     let runtime = tokio::runtime::Handle::current();
+    let metrics = Arc::new(Metrics::new());
+    let load_metrics = metrics.clone();
     let repository = tokio::task::spawn_blocking(move || -> anyhow::Result<ModelRepository> {
         let runtimes = Runtimes {
             wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")?,
             onnx: OnnxRuntime::new(onnx_library),
         };
-        ModelRepository::load_all(&runtime, &repositories, &runtimes).map_err(anyhow::Error::msg)
+        ModelRepository::load_all(&runtime, &repositories, &runtimes, &load_metrics).map_err(anyhow::Error::msg)
     })
     .await??;
     report_failures(&repository);
@@ -132,6 +149,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
+    let metrics_server = if context.options.allow_metrics {
+        let listener = bind(context.options.metrics_address, context.options.metrics_port, "metrics").await?;
+        tracing::info!("Started Metrics Service at {}", display_addr(&listener));
+        Some(tokio::spawn(metrics::serve(listener, metrics, stopped(stop_rx.clone()))))
+    } else {
+        None
+    };
     let http = tokio::spawn(http::serve(http_listener, context.clone(), stopped(stop_rx.clone())));
     let grpc = tokio::spawn(grpc::serve(grpc_listener, context.clone(), stopped(stop_rx)));
     shutdown_signal().await;
@@ -140,6 +164,9 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let _ = stop_tx.send(true);
     http.await?.context("HTTP server failed")?;
     grpc.await?.context("gRPC server failed")?;
+    if let Some(metrics_server) = metrics_server {
+        metrics_server.await?.context("metrics server failed")?;
+    }
     context.repository.shutdown().await;
     tracing::info!("stopped");
     Ok(())

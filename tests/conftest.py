@@ -74,6 +74,7 @@ class Server:
     def __init__(self, repositories, tmp_path, *flags, cache_dir=None):
         self.http_port = free_port()
         self.grpc_port = free_port()
+        self.metrics_port = free_port()
         self.log_path = pathlib.Path(tmp_path) / f"tessera-{self.http_port}.log"
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
         args = [str(BINARY)]
@@ -82,6 +83,7 @@ class Server:
         args += [
             "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
             "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
+            "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--cache-dir", str(self.cache_dir),
             *flags,
         ]

@@ -284,8 +284,8 @@ def test_grpc_plugin_trap(stub):
 
 
 def test_grpc_unimplemented_rpcs_say_so(stub):
-    grpc_error(lambda: stub.ModelStatistics(service_pb2.ModelStatisticsRequest()), grpc.StatusCode.UNIMPLEMENTED, "ModelStatistics")
     grpc_error(lambda: stub.RepositoryIndex(service_pb2.RepositoryIndexRequest()), grpc.StatusCode.UNIMPLEMENTED, "RepositoryIndex")
+    grpc_error(lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()), grpc.StatusCode.UNIMPLEMENTED, "TraceSetting")
 
 
 def test_grpc_health_check(server):

@@ -5,3 +5,4 @@
 
 pub mod grpc;
 pub mod http;
+pub mod metrics;

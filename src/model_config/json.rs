@@ -2,19 +2,11 @@
 //! field printed (defaults included), enums by name and 64-bit integers as numbers — the shape that
 //! `tritonclient`'s `get_model_config` and Triton's tools expect from `/config`.
 
-use prost::Message;
-use prost_reflect::{DynamicMessage, SerializeOptions};
-
 use super::ModelConfig;
-use crate::proto::model_config_descriptor;
+use crate::proto::to_triton_json;
 
 pub fn to_json(config: &ModelConfig) -> serde_json::Value {
-    let dynamic = DynamicMessage::decode(model_config_descriptor(), config.encode_to_vec().as_slice())
-        .expect("a ModelConfig always decodes against its own descriptor");
-    let options =
-        SerializeOptions::new().skip_default_fields(false).use_proto_field_name(true).stringify_64_bit_integers(false);
-    dynamic
-        .serialize_with_options(serde_json::value::Serializer, &options).expect("protobuf JSON serialisation cannot fail")
+    to_triton_json(config, "inference.ModelConfig")
 }
 
 #[cfg(test)]

@@ -14,6 +14,7 @@ use std::sync::Arc;
 pub use model::ModelVersion;
 
 use crate::backends::Runtimes;
+use crate::frontends::metrics::Metrics;
 use crate::error::{Error, Result};
 use crate::model_config::{self, ModelConfig};
 
@@ -67,6 +68,7 @@ impl ModelRepository {
         runtime: &tokio::runtime::Handle,
         repositories: &[PathBuf],
         runtimes: &Runtimes,
+        metrics: &Metrics,
     ) -> std::result::Result<Self, String> {
         let mut models: BTreeMap<String, ModelRecord> = BTreeMap::new();
         for repository in repositories {
@@ -80,7 +82,7 @@ impl ModelRepository {
                     models.insert(name.clone(), ModelRecord::failed(&name, &path, reason));
                     continue;
                 }
-                let record = load_model(runtime, runtimes, repository, &name, &path);
+                let record = load_model(runtime, runtimes, metrics, repository, &name, &path);
                 models.insert(name, record);
             }
         }
@@ -145,7 +147,14 @@ fn model_directories(repository: &Path) -> std::result::Result<Vec<(String, Path
     Ok(dirs)
 }
 
-fn load_model(runtime: &tokio::runtime::Handle, runtimes: &Runtimes, repository: &Path, name: &str, path: &Path) -> ModelRecord {
+fn load_model(
+    runtime: &tokio::runtime::Handle,
+    runtimes: &Runtimes,
+    metrics: &Metrics,
+    repository: &Path,
+    name: &str,
+    path: &Path,
+) -> ModelRecord {
     let config = match model_config::load(path, name) {
         Ok(config) => Arc::new(config),
         Err(reason) => return ModelRecord::failed(name, path, reason),
@@ -157,7 +166,7 @@ fn load_model(runtime: &tokio::runtime::Handle, runtimes: &Runtimes, repository:
     let versions = selected
         .into_iter()
         .map(|version| {
-            let state = match ModelVersion::load(runtime, runtimes, repository, config.clone(), version) {
+            let state = match ModelVersion::load(runtime, runtimes, metrics, repository, config.clone(), version) {
                 Ok(model) => {
                     tracing::info!(model = name, version, "loaded, READY");
                     VersionState::Ready(Arc::new(model))

@@ -3,11 +3,15 @@
 //! against the signature before it is queued and every answer after it is executed.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::backends::{LoadContext, Runtimes};
+use crate::frontends::metrics::Metrics;
 use crate::error::Result;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
+use crate::proto::inference::ModelStatistics;
+use crate::scheduler::stats::Stats;
 use crate::scheduler::InstancePool;
 
 pub struct ModelVersion {
@@ -17,6 +21,7 @@ pub struct ModelVersion {
     pub config_json: Arc<serde_json::Value>,
     pub signature: Signature,
     pool: InstancePool,
+    stats: Stats,
 }
 
 impl ModelVersion {
@@ -25,6 +30,7 @@ impl ModelVersion {
     pub fn load(
         runtime: &tokio::runtime::Handle,
         runtimes: &Runtimes,
+        metrics: &Metrics,
         repository: &std::path::Path,
         config: Arc<ModelConfig>,
         version: i64,
@@ -53,16 +59,47 @@ impl ModelVersion {
             }
         }
         let pool = InstancePool::new(&format!("{name}:{version}"), instances);
-        Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool })
+        let stats = Stats::new(metrics.for_model(&name, version));
+        Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool, stats })
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
-        self.signature.check_request(&request)?;
+        let arrived = Instant::now();
+        self.stats.started();
+        let (result, queue) = self.run(request).await;
+        self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
+        result
+    }
+
+    /// Checks, queues and executes one request; also returns its time in the queue.
+    async fn run(&self, request: InferenceRequest) -> (Result<InferenceResponse>, std::time::Duration) {
+        if let Err(e) = self.signature.check_request(&request) {
+            return (Err(e), Default::default());
+        }
         let id = request.id.clone();
         let requested = request.requested_outputs.clone();
-        let produced = self.pool.execute(request).await?;
-        let outputs = self.signature.select_outputs(&requested, produced)?;
-        Ok(InferenceResponse { model: self.name.clone(), version: self.version, id, outputs })
+        let batch_size = self.batch_size(&request);
+        let execution = self.pool.execute(request).await;
+        let output_started = Instant::now();
+        let result = execution.result.and_then(|produced| self.signature.select_outputs(&requested, produced));
+        if let Some(mut timing) = execution.timing {
+            timing.compute_output = output_started.elapsed();
+            self.stats.executed(batch_size, &timing);
+        }
+        let response = result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
+        (response, execution.queue)
+    }
+
+    /// How many inferences a request carries: its batch dimension when the model batches, else one.
+    fn batch_size(&self, request: &InferenceRequest) -> u64 {
+        match (self.signature.max_batch_size > 0, request.inputs.first()) {
+            (true, Some(input)) => input.shape.first().copied().unwrap_or(1).max(1) as u64,
+            _ => 1,
+        }
+    }
+
+    pub fn statistics(&self) -> ModelStatistics {
+        self.stats.snapshot(&self.name, self.version)
     }
 
     /// Finishes in-flight requests and finalises every instance.

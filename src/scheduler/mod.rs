@@ -5,8 +5,11 @@
 //! the pool. Spawned from a runtime thread, that task runs next on the same thread, so no hand-off to
 //! another thread happens on the way.
 
+pub mod stats;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -14,6 +17,16 @@ use crate::backends::Instance;
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
 use crate::tensor::Tensor;
+use stats::Timing;
+
+/// What became of one request in the pool.
+pub struct Execution {
+    pub result: Result<Vec<Tensor>>,
+    /// Time spent waiting for an instance.
+    pub queue: Duration,
+    /// Set when an instance executed the request; `compute_output` is left for the caller to fill.
+    pub timing: Option<Timing>,
+}
 
 pub struct InstancePool {
     label: String,
@@ -42,15 +55,34 @@ impl InstancePool {
         }
     }
 
-    /// Waits for an idle instance and executes the request on it.
-    pub async fn execute(&self, request: InferenceRequest) -> Result<Vec<Tensor>> {
-        let permit = self.shared.permits.clone().acquire_owned().await.map_err(|_| self.closed())?;
+    /// Waits for an idle instance and executes the request on it, timing each stage.
+    pub async fn execute(&self, request: InferenceRequest) -> Execution {
+        let queued = Instant::now();
+        let permit = match self.shared.permits.clone().acquire_owned().await {
+            Ok(permit) => permit,
+            Err(_) => return Execution { result: Err(self.closed()), queue: queued.elapsed(), timing: None },
+        };
+        let dequeued = Instant::now();
+        let queue = dequeued.duration_since(queued);
         let mut lease = Lease::take(self.shared.clone(), permit);
         let run = tokio::spawn(async move {
+            let started = Instant::now();
             let mut results = lease.instance().execute(std::slice::from_ref(&request)).await;
-            results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")))
+            let result = results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")));
+            (result, started, started.elapsed())
         });
-        run.await.map_err(|e| Error::internal(format!("model '{}' failed while executing: {e}", self.label)))?
+        match run.await {
+            Ok((result, started, compute_infer)) => {
+                let timing =
+                    Timing { compute_input: started.duration_since(dequeued), compute_infer, compute_output: Duration::ZERO };
+                Execution { result, queue, timing: Some(timing) }
+            }
+            Err(e) => Execution {
+                result: Err(Error::internal(format!("model '{}' failed while executing: {e}", self.label))),
+                queue,
+                timing: None,
+            },
+        }
     }
 
     /// Waits for every in-flight request, then finalises each instance. Later requests are refused.

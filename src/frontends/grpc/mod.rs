@@ -111,8 +111,9 @@ impl GrpcInferenceService for Service {
         Err(unimplemented("ModelStreamInfer"))
     }
 
-    async fn model_statistics(&self, _: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {
-        Err(unimplemented("ModelStatistics"))
+    async fn model_statistics(&self, request: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {
+        let request = request.into_inner();
+        Ok(Response::new(self.context.statistics(&request.name, &request.version)?))
     }
 
     async fn repository_index(&self, _: Request<RepositoryIndexRequest>) -> Rpc<RepositoryIndexResponse> {

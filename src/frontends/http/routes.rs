@@ -93,6 +93,25 @@ fn config(State(ctx): Ctx, model: &str, version: &str) -> Response {
     }
 }
 
+pub async fn all_statistics(ctx: Ctx) -> Response {
+    statistics(ctx, "", "")
+}
+
+pub async fn model_statistics(ctx: Ctx, Path(model): Path<String>) -> Response {
+    statistics(ctx, &model, "")
+}
+
+pub async fn model_statistics_version(ctx: Ctx, Path((model, version)): Path<(String, String)>) -> Response {
+    statistics(ctx, &model, &version)
+}
+
+fn statistics(State(ctx): Ctx, model: &str, version: &str) -> Response {
+    match ctx.statistics(model, version) {
+        Ok(stats) => Json(crate::proto::to_triton_json(&stats, "inference.ModelStatisticsResponse")).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
 pub async fn not_found() -> Response {
     Error::NotFound("no such endpoint".into()).into_response()
 }
