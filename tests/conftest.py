@@ -71,7 +71,7 @@ def identity_config(name, config_type):
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
-    def __init__(self, repositories, tmp_path, *flags, cache_dir=None):
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None):
         self.http_port = free_port()
         self.grpc_port = free_port()
         self.metrics_port = free_port()
@@ -88,7 +88,7 @@ class Server:
             *flags,
         ]
         self.log_file = open(self.log_path, "w")
-        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT)
+        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
 
     @property
     def http_url(self):

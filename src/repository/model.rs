@@ -3,7 +3,7 @@
 //! against the signature before it is queued and every answer after it is executed.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backends::{LoadContext, Runtimes};
 use crate::frontends::metrics::Metrics;
@@ -11,8 +11,11 @@ use crate::error::Result;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::proto::inference::ModelStatistics;
+use crate::proto::inference::model_config::SchedulingChoice;
+use crate::scheduler::batcher::{self, Batcher};
 use crate::scheduler::stats::Stats;
 use crate::scheduler::InstancePool;
+use crate::tensor::Tensor;
 
 pub struct ModelVersion {
     pub name: String,
@@ -20,8 +23,10 @@ pub struct ModelVersion {
     pub config: Arc<ModelConfig>,
     pub config_json: Arc<serde_json::Value>,
     pub signature: Signature,
-    pool: InstancePool,
-    stats: Stats,
+    pool: Arc<InstancePool>,
+    /// Present when the config enables dynamic batching.
+    batcher: Option<Batcher>,
+    stats: Arc<Stats>,
 }
 
 impl ModelVersion {
@@ -58,9 +63,10 @@ impl ModelVersion {
                 instances.push(instance);
             }
         }
-        let pool = InstancePool::new(&format!("{name}:{version}"), instances);
-        let stats = Stats::new(metrics.for_model(&name, version));
-        Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool, stats })
+        let pool = Arc::new(InstancePool::new(&format!("{name}:{version}"), instances));
+        let stats = Arc::new(Stats::new(metrics.for_model(&name, version)));
+        let batcher = batching_policy(&config).map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
+        Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool, batcher, stats })
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
@@ -72,22 +78,40 @@ impl ModelVersion {
     }
 
     /// Checks, queues and executes one request; also returns its time in the queue.
-    async fn run(&self, request: InferenceRequest) -> (Result<InferenceResponse>, std::time::Duration) {
+    async fn run(&self, request: InferenceRequest) -> (Result<InferenceResponse>, Duration) {
         if let Err(e) = self.signature.check_request(&request) {
             return (Err(e), Default::default());
         }
         let id = request.id.clone();
         let requested = request.requested_outputs.clone();
         let batch_size = self.batch_size(&request);
+        let (result, queue) = match &self.batcher {
+            Some(batcher) => {
+                let answer = batcher.submit(request, batch_size).await;
+                (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
+            }
+            None => self.execute_alone(request, &requested, batch_size).await,
+        };
+        let response = result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
+        (response, queue)
+    }
+
+    /// Runs one request on its own (no dynamic batching) and selects its outputs, recording the execution
+    /// with the selection as its output stage.
+    async fn execute_alone(
+        &self,
+        request: InferenceRequest,
+        requested: &[String],
+        batch_size: u64,
+    ) -> (Result<Vec<Tensor>>, Duration) {
         let execution = self.pool.execute(request).await;
         let output_started = Instant::now();
-        let result = execution.result.and_then(|produced| self.signature.select_outputs(&requested, produced));
+        let result = execution.result.and_then(|produced| self.signature.select_outputs(requested, produced));
         if let Some(mut timing) = execution.timing {
             timing.compute_output = output_started.elapsed();
             self.stats.executed(batch_size, &timing);
         }
-        let response = result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
-        (response, execution.queue)
+        (result, execution.queue)
     }
 
     /// How many inferences a request carries: its batch dimension when the model batches, else one.
@@ -106,4 +130,16 @@ impl ModelVersion {
     pub async fn shutdown(&self) {
         self.pool.shutdown().await;
     }
+}
+
+/// The dynamic batching policy, when the config asks for it and the model batches.
+fn batching_policy(config: &ModelConfig) -> Option<batcher::Policy> {
+    let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
+        return None;
+    };
+    (config.max_batch_size > 0).then(|| batcher::Policy {
+        max_batch_size: config.max_batch_size as u64,
+        preferred: batching.preferred_batch_size.iter().map(|&p| p.max(1) as u64).collect(),
+        max_delay: std::time::Duration::from_micros(batching.max_queue_delay_microseconds),
+    })
 }

@@ -5,6 +5,7 @@
 //! the pool. Spawned from a runtime thread, that task runs next on the same thread, so no hand-off to
 //! another thread happens on the way.
 
+pub mod batcher;
 pub mod stats;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -58,13 +59,27 @@ impl InstancePool {
     /// Waits for an idle instance and executes the request on it, timing each stage.
     pub async fn execute(&self, request: InferenceRequest) -> Execution {
         let queued = Instant::now();
-        let permit = match self.shared.permits.clone().acquire_owned().await {
-            Ok(permit) => permit,
-            Err(_) => return Execution { result: Err(self.closed()), queue: queued.elapsed(), timing: None },
-        };
+        match self.reserve().await {
+            Ok(reservation) => {
+                let queue = queued.elapsed();
+                Execution { queue, ..self.run(reservation, request).await }
+            }
+            Err(e) => Execution { result: Err(e), queue: queued.elapsed(), timing: None },
+        }
+    }
+
+    /// Waits, in arrival order, until an instance is idle and reserves it.
+    pub async fn reserve(&self) -> Result<Reservation> {
+        let permit = self.shared.permits.clone().acquire_owned().await.map_err(|_| self.closed())?;
+        Ok(Reservation(permit))
+    }
+
+    /// Executes the request on the reserved instance. `queue` in the answer is zero: the caller knows how
+    /// long it waited.
+    pub async fn run(&self, reservation: Reservation, request: InferenceRequest) -> Execution {
         let dequeued = Instant::now();
-        let queue = dequeued.duration_since(queued);
-        let mut lease = Lease::take(self.shared.clone(), permit);
+        let queue = Duration::ZERO;
+        let mut lease = Lease::take(self.shared.clone(), reservation.0);
         let run = tokio::spawn(async move {
             let started = Instant::now();
             let mut results = lease.instance().execute(std::slice::from_ref(&request)).await;
@@ -102,6 +117,9 @@ impl InstancePool {
         Error::Unavailable(format!("model '{}' is unloading or has no working instance left", self.label))
     }
 }
+
+/// The right to the next idle instance of a pool.
+pub struct Reservation(OwnedSemaphorePermit);
 
 /// An instance taken from the pool for one execution, given back when dropped.
 struct Lease {

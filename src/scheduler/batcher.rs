@@ -1,0 +1,313 @@
+//! Triton's dynamic batcher. Requests of a model with `dynamic_batching` wait in one queue; whenever an
+//! instance is free, the batcher takes the oldest request and the compatible ones behind it (same data
+//! types and same shapes apart from the batch dimension), until the batch reaches `max_batch_size` or a
+//! `preferred_batch_size`, or the oldest request has waited `max_queue_delay_microseconds`. The batch runs
+//! as one request whose inputs are the requests' inputs concatenated along the batch dimension (for a Wasm
+//! plugin: one `execute` call with one batched request, as Triton does for the python backend); each
+//! request gets back its own rows of every output.
+//!
+//! Triton's test hook `TRITONSERVER_DELAY_SCHEDULER=N` holds the first batch until N requests are queued,
+//! so that tests can form batches deterministically.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{mpsc, oneshot};
+
+use super::stats::{Stats, Timing};
+use super::{InstancePool, Reservation};
+use crate::error::{Error, Result};
+use crate::inference::InferenceRequest;
+use crate::tensor::{bytes_elements, encode_bytes_elements, DataType, Tensor};
+
+/// The batching settings of one model version.
+#[derive(Clone, Debug)]
+pub struct Policy {
+    pub max_batch_size: u64,
+    pub preferred: Vec<u64>,
+    pub max_delay: Duration,
+}
+
+/// What a request gets back from the batcher: its outputs, and how long it waited for its batch.
+pub struct Answer {
+    pub result: Result<Vec<Tensor>>,
+    pub queue: Duration,
+}
+
+struct Pending {
+    request: InferenceRequest,
+    rows: u64,
+    arrived: Instant,
+    reply: oneshot::Sender<Answer>,
+}
+
+pub struct Batcher {
+    queue: mpsc::UnboundedSender<Pending>,
+}
+
+impl Batcher {
+    /// Starts the batching task on `runtime`.
+    pub fn start(runtime: &tokio::runtime::Handle, policy: Policy, pool: Arc<InstancePool>, stats: Arc<Stats>) -> Self {
+        let (queue, incoming) = mpsc::unbounded_channel();
+        let hold_until = std::env::var("TRITONSERVER_DELAY_SCHEDULER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        runtime.spawn(Loop { policy, pool, stats, incoming, waiting: VecDeque::new(), hold_until }.run());
+        Batcher { queue }
+    }
+
+    /// Queues a checked request; `rows` is its batch dimension.
+    pub async fn submit(&self, request: InferenceRequest, rows: u64) -> Answer {
+        let arrived = Instant::now();
+        let (reply, answer) = oneshot::channel();
+        let gone = || Answer { result: Err(Error::Unavailable("the model is being unloaded".into())), queue: arrived.elapsed() };
+        if self.queue.send(Pending { request, rows, arrived, reply }).is_err() {
+            return gone();
+        }
+        answer.await.unwrap_or_else(|_| gone())
+    }
+}
+
+struct Loop {
+    policy: Policy,
+    pool: Arc<InstancePool>,
+    stats: Arc<Stats>,
+    incoming: mpsc::UnboundedReceiver<Pending>,
+    /// Requests received but not yet batched, oldest first.
+    waiting: VecDeque<Pending>,
+    /// Form no batch before this many requests are queued (the test hook); 0 once released.
+    hold_until: usize,
+}
+
+impl Loop {
+    async fn run(mut self) {
+        loop {
+            if self.waiting.is_empty() {
+                match self.incoming.recv().await {
+                    Some(pending) => self.waiting.push_back(pending),
+                    None => return,
+                }
+            }
+            while self.waiting.len() < self.hold_until {
+                match self.incoming.recv().await {
+                    Some(pending) => self.waiting.push_back(pending),
+                    None => return,
+                }
+            }
+            self.hold_until = 0;
+            let Ok(reservation) = self.pool.reserve().await else {
+                self.fail_all(Error::Unavailable("the model is being unloaded".into()));
+                return;
+            };
+            let batch = self.gather().await;
+            let (pool, stats) = (self.pool.clone(), self.stats.clone());
+            tokio::spawn(execute(pool, stats, reservation, batch));
+        }
+    }
+
+    /// Takes the oldest request and compatible ones behind it: the largest preferred batch size the waiting
+    /// requests can make, else as many as fit in `max_batch_size`, waiting for more until the oldest
+    /// request's delay has passed.
+    async fn gather(&mut self) -> Vec<Pending> {
+        let head = self.waiting.pop_front().expect("gather is called with a waiting request");
+        let deadline = head.arrived + self.policy.max_delay;
+        let mut rows = head.rows;
+        let mut batch = vec![head];
+        loop {
+            while let Ok(pending) = self.incoming.try_recv() {
+                self.waiting.push_back(pending);
+            }
+            let target = self.target(rows, &batch[0].request);
+            let mut index = 0;
+            while index < self.waiting.len() && rows < target {
+                let candidate = &self.waiting[index];
+                if rows + candidate.rows <= target && compatible(&batch[0].request, &candidate.request) {
+                    let taken = self.waiting.remove(index).expect("index is in range");
+                    rows += taken.rows;
+                    batch.push(taken);
+                } else {
+                    index += 1;
+                }
+            }
+            if rows >= target {
+                return batch;
+            }
+            match tokio::time::timeout_at(deadline.into(), self.incoming.recv()).await {
+                Ok(Some(pending)) => self.waiting.push_back(pending),
+                Ok(None) | Err(_) => return batch,
+            }
+        }
+    }
+
+    /// The batch size to aim for: the largest preferred size that `rows` plus the compatible waiting
+    /// requests can reach, else `max_batch_size`.
+    fn target(&self, rows: u64, head: &InferenceRequest) -> u64 {
+        let available = rows
+            + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
+        let max = self.policy.max_batch_size;
+        self.policy.preferred.iter().copied().filter(|&p| p <= available.min(max) && p >= rows).max().unwrap_or(max)
+    }
+
+    fn fail_all(&mut self, error: Error) {
+        for pending in self.waiting.drain(..) {
+            let _ = pending.reply.send(Answer { result: Err(error.clone()), queue: pending.arrived.elapsed() });
+        }
+    }
+}
+
+/// Same inputs in the same order, each with the same data type and the same shape past the batch dimension.
+fn compatible(a: &InferenceRequest, b: &InferenceRequest) -> bool {
+    a.inputs.len() == b.inputs.len()
+        && a.inputs.iter().zip(&b.inputs).all(|(x, y)| x.name == y.name && x.datatype == y.datatype && x.shape[1..] == y.shape[1..])
+}
+
+/// Runs one batch and answers each of its requests.
+async fn execute(pool: Arc<InstancePool>, stats: Arc<Stats>, reservation: Reservation, batch: Vec<Pending>) {
+    let dispatched = Instant::now();
+    let rows: Vec<u64> = batch.iter().map(|p| p.rows).collect();
+    let total: u64 = rows.iter().sum();
+    let merged = merge(batch.iter().map(|p| &p.request).collect());
+    let execution = pool.run(reservation, merged).await;
+    let split_started = Instant::now();
+    let results: Vec<Result<Vec<Tensor>>> = match execution.result {
+        Ok(outputs) => split(outputs, &rows),
+        Err(e) => rows.iter().map(|_| Err(e.clone())).collect(),
+    };
+    if let Some(timing) = execution.timing {
+        stats.executed(total, &Timing { compute_output: split_started.elapsed(), ..timing });
+    }
+    for (pending, result) in batch.into_iter().zip(results) {
+        let queue = dispatched.duration_since(pending.arrived);
+        let _ = pending.reply.send(Answer { result, queue });
+    }
+}
+
+/// One request carrying every request's inputs, concatenated along the batch dimension. The requested
+/// outputs are all of them (each request then keeps its own); the first request's id and parameters stand
+/// for the batch.
+fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
+    let first = requests[0];
+    if requests.len() == 1 {
+        return InferenceRequest { requested_outputs: Vec::new(), ..first.clone() };
+    }
+    let inputs = first
+        .inputs
+        .iter()
+        .enumerate()
+        .map(|(i, input)| {
+            let mut data = BytesMut::with_capacity(requests.iter().map(|r| r.inputs[i].data.len()).sum());
+            let mut shape = input.shape.clone();
+            shape[0] = requests.iter().map(|r| r.inputs[i].shape[0]).sum();
+            for request in &requests {
+                data.extend_from_slice(&request.inputs[i].data);
+            }
+            Tensor { name: input.name.clone(), datatype: input.datatype, shape, data: data.freeze() }
+        })
+        .collect();
+    InferenceRequest { inputs, requested_outputs: Vec::new(), ..first.clone() }
+}
+
+/// Splits each output along the batch dimension, `rows[i]` rows for request i.
+fn split(outputs: Vec<Tensor>, rows: &[u64]) -> Vec<Result<Vec<Tensor>>> {
+    let total: u64 = rows.iter().sum();
+    let mut per_request: Vec<Vec<Tensor>> = rows.iter().map(|_| Vec::with_capacity(outputs.len())).collect();
+    for output in outputs {
+        if output.shape.first().copied() != Some(total as i64) {
+            let e = Error::internal(format!(
+                "output '{}' has shape {:?}, but the batch had {total} rows: it cannot be split",
+                output.name, output.shape
+            ));
+            return rows.iter().map(|_| Err(e.clone())).collect();
+        }
+        match split_rows(&output, rows) {
+            Ok(parts) => per_request.iter_mut().zip(parts).for_each(|(outputs, part)| outputs.push(part)),
+            Err(e) => return rows.iter().map(|_| Err(e.clone())).collect(),
+        }
+    }
+    per_request.into_iter().map(Ok).collect()
+}
+
+fn split_rows(output: &Tensor, rows: &[u64]) -> Result<Vec<Tensor>> {
+    let total: u64 = rows.iter().sum();
+    let part = |data: Bytes, n: u64| {
+        let mut shape = output.shape.clone();
+        shape[0] = n as i64;
+        Tensor { name: output.name.clone(), datatype: output.datatype, shape, data }
+    };
+    if output.datatype == DataType::Bytes {
+        let elements = bytes_elements(&output.data).map_err(Error::internal)?;
+        let per_row = elements.len() / total as usize;
+        let mut start = 0;
+        return Ok(rows
+            .iter()
+            .map(|&n| {
+                let end = start + per_row * n as usize;
+                let data = encode_bytes_elements(elements[start..end].iter().copied());
+                start = end;
+                part(data, n)
+            })
+            .collect());
+    }
+    let row_bytes = output.data.len() / total as usize;
+    let mut start = 0;
+    Ok(rows
+        .iter()
+        .map(|&n| {
+            let end = start + row_bytes * n as usize;
+            let data = output.data.slice(start..end);
+            start = end;
+            part(data, n)
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn int32(name: &str, rows: i64, values: &[i32]) -> Tensor {
+        Tensor {
+            name: name.into(),
+            datatype: DataType::Int32,
+            shape: vec![rows, values.len() as i64 / rows],
+            data: values.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<_>>().into(),
+        }
+    }
+
+    fn request(values: &[i32], rows: i64) -> InferenceRequest {
+        InferenceRequest {
+            model: "m".into(),
+            version: String::new(),
+            id: String::new(),
+            inputs: vec![int32("X", rows, values)],
+            requested_outputs: vec!["Y".into()],
+            parameters: vec![],
+        }
+    }
+
+    #[test]
+    fn merge_concatenates_and_split_gives_each_its_rows() {
+        let (a, b) = (request(&[1, 2], 1), request(&[3, 4, 5, 6], 2));
+        let merged = merge(vec![&a, &b]);
+        assert_eq!(merged.inputs[0].shape, vec![3, 2]);
+        assert!(merged.requested_outputs.is_empty());
+        let parts = split(vec![Tensor { name: "Y".into(), ..merged.inputs[0].clone() }], &[1, 2]);
+        assert_eq!(parts[0].as_ref().unwrap()[0], Tensor { name: "Y".into(), ..a.inputs[0].clone() });
+        assert_eq!(parts[1].as_ref().unwrap()[0], Tensor { name: "Y".into(), ..b.inputs[0].clone() });
+    }
+
+    #[test]
+    fn bytes_outputs_split_by_element() {
+        let data = encode_bytes_elements([&b"a"[..], b"", b"ccc"]);
+        let output = Tensor { name: "S".into(), datatype: DataType::Bytes, shape: vec![3, 1], data };
+        let parts = split_rows(&output, &[2, 1]).unwrap();
+        assert_eq!(bytes_elements(&parts[0].data).unwrap(), vec![&b"a"[..], b""]);
+        assert_eq!(bytes_elements(&parts[1].data).unwrap(), vec![&b"ccc"[..]]);
+    }
+
+    #[test]
+    fn only_same_shaped_requests_batch_together() {
+        assert!(compatible(&request(&[1, 2], 1), &request(&[3, 4, 5, 6], 2)));
+        assert!(!compatible(&request(&[1, 2], 1), &request(&[3, 4, 5], 1)));
+    }
+}
