@@ -50,6 +50,10 @@ pub struct Options {
     #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub strict_readiness: bool,
 
+    /// Do not complete configs from the models themselves (a config.pbtxt must then say everything).
+    #[arg(long)]
+    pub disable_auto_complete_config: bool,
+
     /// Verbose logging level (0 = off, 1 and up = debug details).
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,

@@ -123,6 +123,7 @@ pub fn init_logging(verbose: u32) {
 pub async fn run(options: Options) -> anyhow::Result<()> {
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
+    let auto_complete_disabled = options.disable_auto_complete_config;
     let repositories = options.model_repositories.clone();
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
@@ -131,6 +132,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let runtimes = Runtimes {
             wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")?,
             onnx: OnnxRuntime::new(onnx_library),
+            complete_configs: !auto_complete_disabled,
         };
         ModelRepository::load_all(&runtime, &repositories, &runtimes, &load_metrics).map_err(anyhow::Error::msg)
     })

@@ -99,3 +99,43 @@ def test_missing_onnxruntime_library_fails_only_onnx_models(tmp_path):
         assert "cannot load the ONNX Runtime library /nonexistent/libonnxruntime.so" in message
     finally:
         assert server.stop() == 0
+
+
+def auto_repo(tmp_path):
+    import shutil
+
+    repo = tmp_path / "repo"
+    (repo / "bare" / "1").mkdir(parents=True)
+    shutil.copy(SIMPLE_ONNX, repo / "bare" / "1" / "model.onnx")
+    (repo / "partial" / "1").mkdir(parents=True)
+    shutil.copy(SIMPLE_ONNX, repo / "partial" / "1" / "model.onnx")
+    (repo / "partial" / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 2\n')
+    return repo
+
+
+def test_auto_complete_from_the_graph(tmp_path):
+    server = Server([auto_repo(tmp_path)], tmp_path).wait_live()
+    try:
+        bare = requests.get(server.url("/v2/models/bare/config")).json()
+        assert bare["platform"] == "onnxruntime_onnx" and bare["backend"] == "onnxruntime"
+        assert bare["max_batch_size"] == 4 and "dynamic_batching" in bare
+        assert [(i["name"], i["data_type"], i["dims"]) for i in bare["input"]] == [("INPUT0", "TYPE_INT32", [16]), ("INPUT1", "TYPE_INT32", [16])]
+        assert [o["name"] for o in bare["output"]] == ["OUTPUT0", "OUTPUT1"]
+        partial = requests.get(server.url("/v2/models/partial/config")).json()
+        assert partial["max_batch_size"] == 2 and partial["input"][0]["dims"] == [16]
+        client = httpclient.InferenceServerClient(server.http_url)
+        a = np.arange(32, dtype=np.int32).reshape(2, 16)
+        got = infer(httpclient, client, "bare", {"INPUT0": a, "INPUT1": a}, ["OUTPUT1"])
+        np.testing.assert_array_equal(got["OUTPUT1"], np.zeros_like(a))
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_auto_complete_can_be_disabled(tmp_path):
+    server = Server([auto_repo(tmp_path)], tmp_path, "--disable-auto-complete-config", "--exit-on-error=false").wait_live()
+    try:
+        assert "config.pbtxt: cannot read" in requests.get(server.url("/v2/models/bare")).json()["error"]
+        assert "at least one output" in requests.get(server.url("/v2/models/partial")).json()["error"]
+    finally:
+        assert server.stop() == 0

@@ -49,10 +49,32 @@ pub struct LoadContext<'a> {
 pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
+    /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
+    pub complete_configs: bool,
 }
 
 impl Runtimes {
     pub const AVAILABLE: [&'static str; 2] = ["wasm", "onnxruntime"];
+
+    /// Fills in what a config leaves out from the model itself, as Triton's backends do: the platform
+    /// from the model file when the config names none, then (ONNX) inputs, outputs and batching from the
+    /// graph of the `newest` version directory. A config that names everything is left alone.
+    pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> std::result::Result<(), String> {
+        if config.platform.is_empty() && config.backend.is_empty() {
+            if let Some(dir) = newest {
+                if dir.join("model.onnx").is_file() {
+                    config.platform = "onnxruntime_onnx".into();
+                } else if dir.join("model.wasm").is_file() {
+                    config.backend = "wasm".into();
+                }
+            }
+        }
+        let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
+        match (is_onnx, newest) {
+            (true, Some(dir)) => self.onnx.auto_complete(config, dir),
+            _ => Ok(()),
+        }
+    }
 
     /// Loads a model version with the backend its (normalised) config names. Compiles: call it from a
     /// blocking thread.
@@ -71,3 +93,4 @@ impl Runtimes {
         }
     }
 }
+

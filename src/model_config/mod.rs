@@ -14,13 +14,25 @@ pub use json::to_json;
 pub use text::parse_text;
 pub use validate::{normalise, validate};
 
-/// Reads, parses, validates and normalises `<model_dir>/config.pbtxt`. The model's name defaults to the
-/// directory name and must match it when given.
-pub fn load(model_dir: &Path, model_name: &str) -> Result<ModelConfig, String> {
+/// Reads and parses `<model_dir>/config.pbtxt`, lets `complete` fill in what it can (auto-completion from
+/// the model itself; `None` turns it off), then validates and normalises. Without a config file the model
+/// starts from an empty config, which only auto-completion can make valid. The model's name defaults to
+/// the directory name and must match it when given.
+pub fn load(
+    model_dir: &Path,
+    model_name: &str,
+    complete: Option<&dyn Fn(&mut ModelConfig) -> Result<(), String>>,
+) -> Result<ModelConfig, String> {
     let path = model_dir.join("config.pbtxt");
     let origin = path.display().to_string();
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("{origin}: cannot read: {e}"))?;
-    let mut config = parse_text(&text, &origin)?;
+    let (mut config, text) = match std::fs::read_to_string(&path) {
+        Ok(text) => (parse_text(&text, &origin)?, text),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && complete.is_some() => (ModelConfig::default(), String::new()),
+        Err(e) => return Err(format!("{origin}: cannot read: {e}")),
+    };
+    if let Some(complete) = complete {
+        complete(&mut config).map_err(|e| format!("{origin}: auto-completing the config: {e}"))?;
+    }
     validate(&config, model_name, &text, &origin)?;
     normalise(&mut config, model_name);
     Ok(config)

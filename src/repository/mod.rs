@@ -155,7 +155,11 @@ fn load_model(
     name: &str,
     path: &Path,
 ) -> ModelRecord {
-    let config = match model_config::load(path, name) {
+    let newest = versions::newest(path).map(|v| path.join(v.to_string()));
+    let complete = |config: &mut model_config::ModelConfig| runtimes.auto_complete(config, newest.as_deref());
+    let complete: Option<&dyn Fn(&mut model_config::ModelConfig) -> Result<(), String>> =
+        runtimes.complete_configs.then_some(&complete);
+    let config = match model_config::load(path, name, complete) {
         Ok(config) => Arc::new(config),
         Err(reason) => return ModelRecord::failed(name, path, reason),
     };

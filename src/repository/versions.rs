@@ -31,6 +31,11 @@ pub fn select(model_dir: &Path, policy: Option<&ModelVersionPolicy>) -> Result<V
     Ok(selected)
 }
 
+/// The highest numbered version directory, if there is one.
+pub fn newest(model_dir: &Path) -> Option<i64> {
+    numeric_subdirectories(model_dir).ok()?.into_iter().max()
+}
+
 fn numeric_subdirectories(model_dir: &Path) -> Result<Vec<i64>, String> {
     let entries = std::fs::read_dir(model_dir).map_err(|e| format!("cannot read {}: {e}", model_dir.display()))?;
     Ok(entries

@@ -23,6 +23,8 @@ use super::{Backend, Instance, LoadContext};
 use crate::error::{Error, Result};
 use crate::inference::{InferenceRequest, Signature};
 use crate::model_config::ModelConfig;
+use crate::proto::inference::model_config::SchedulingChoice;
+use crate::proto::inference::{ModelInput, ModelOutput};
 use crate::tensor::Tensor;
 
 /// The process-wide ONNX Runtime: where its library is and, once loaded, its environment.
@@ -88,6 +90,58 @@ impl OnnxRuntime {
         })))
     }
 }
+
+impl OnnxRuntime {
+    /// Completes a config from the graph in `version_dir`, as Triton's ONNX Runtime backend does: inputs and
+    /// outputs the config leaves out are taken from the graph; a config that names neither and a graph
+    /// whose every tensor has a variable first dimension batch, with `max_batch_size`
+    /// `DEFAULT_MAX_BATCH_SIZE` and dynamic batching on.
+    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path) -> std::result::Result<(), String> {
+        if !config.input.is_empty() && !config.output.is_empty() {
+            return Ok(());
+        }
+        let file = match config.default_model_filename.as_str() {
+            "" => "model.onnx",
+            name => name,
+        };
+        let session = SessionOptions::from_config(config)?.open(self.environment()?, &version_dir.join(file))?;
+        let graph = |outlets: &[ort::value::Outlet]| -> std::result::Result<Vec<(String, i32, Vec<i64>)>, String> {
+            outlets
+                .iter()
+                .map(|o| {
+                    let (element, dims) = convert::tensor_signature(o.dtype()).ok_or_else(|| format!("'{}' is not a tensor", o.name()))?;
+                    let datatype = convert::datatype_of(element).ok_or_else(|| format!("'{}' has unsupported type {element:?}", o.name()))?;
+                    Ok((o.name().to_string(), datatype.to_config() as i32, dims))
+                })
+                .collect()
+        };
+        let (inputs, outputs) = (graph(session.inputs())?, graph(session.outputs())?);
+        let batches = inputs.iter().chain(&outputs).all(|(_, _, dims)| dims.first() == Some(&-1));
+        if config.max_batch_size == 0 && config.input.is_empty() && config.output.is_empty() && batches {
+            config.max_batch_size = DEFAULT_MAX_BATCH_SIZE;
+            if config.scheduling_choice.is_none() {
+                config.scheduling_choice = Some(SchedulingChoice::DynamicBatching(Default::default()));
+            }
+        }
+        let skip = usize::from(config.max_batch_size > 0);
+        if config.input.is_empty() {
+            config.input = inputs
+                .into_iter()
+                .map(|(name, data_type, dims)| ModelInput { name, data_type, dims: dims[skip.min(dims.len())..].to_vec(), ..Default::default() })
+                .collect();
+        }
+        if config.output.is_empty() {
+            config.output = outputs
+                .into_iter()
+                .map(|(name, data_type, dims)| ModelOutput { name, data_type, dims: dims[skip.min(dims.len())..].to_vec(), ..Default::default() })
+                .collect();
+        }
+        Ok(())
+    }
+}
+
+/// The `max_batch_size` auto-completion gives a model that can batch (Triton's default too).
+const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
 /// `<ancestor of the executable>/.cache/onnxruntime/libonnxruntime.so`, where setup puts the library.
 fn project_cache_library() -> Option<PathBuf> {
