@@ -139,3 +139,43 @@ def test_auto_complete_can_be_disabled(tmp_path):
         assert "at least one output" in requests.get(server.url("/v2/models/partial")).json()["error"]
     finally:
         assert server.stop() == 0
+
+
+def test_strings_fp16_and_reshape(tmp_path):
+    """BYTES ↔ ONNX string tensors, FP16, and `reshape` (the client sends [4], the graph takes [2, 2])."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Identity", ["TEXT"], ["TEXT_OUT"]), helper.make_node("Identity", ["HALF"], ["HALF_OUT"])],
+        "types",
+        [helper.make_tensor_value_info("TEXT", TensorProto.STRING, [-1]), helper.make_tensor_value_info("HALF", TensorProto.FLOAT16, [2, 2])],
+        [helper.make_tensor_value_info("TEXT_OUT", TensorProto.STRING, [-1]), helper.make_tensor_value_info("HALF_OUT", TensorProto.FLOAT16, [2, 2])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    config = """platform: "onnxruntime_onnx"
+input [ { name: "TEXT" data_type: TYPE_STRING dims: [ -1 ] },
+        { name: "HALF" data_type: TYPE_FP16 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]
+output [ { name: "TEXT_OUT" data_type: TYPE_STRING dims: [ -1 ] },
+         { name: "HALF_OUT" data_type: TYPE_FP16 dims: [ 4 ] reshape { shape: [ 2, 2 ] } } ]
+"""
+    model_dir = add_model(tmp_path / "repo", "types", config)
+    onnx.save(model, model_dir / "1" / "model.onnx")
+    server = Server([tmp_path / "repo"], tmp_path).wait_live()
+    try:
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            client = module.InferenceServerClient(url)
+            text = np.array(["héllo", "", "wörld"], dtype=np.object_)
+            half = np.array([1.5, -2.0, 0.25, 65504.0], dtype=np.float16)
+            inputs = [module.InferInput("TEXT", text.shape, "BYTES"), module.InferInput("HALF", half.shape, "FP16")]
+            inputs[0].set_data_from_numpy(text)
+            inputs[1].set_data_from_numpy(half)
+            result = client.infer("types", inputs)
+            assert [x.decode() for x in result.as_numpy("TEXT_OUT")] == list(text)
+            got = result.as_numpy("HALF_OUT")
+            assert got.shape == (4,) and got.dtype == np.float16
+            np.testing.assert_array_equal(got, half)
+            client.close()
+    finally:
+        assert server.stop() == 0
