@@ -143,11 +143,11 @@ def triton_server(repo):
     return Server("triton", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
-def perf_analyzer(server, protocol, concurrency, measurement_ms):
+def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple"):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
-        command = [str(PERF / "perf_analyzer"), "-m", "simple", "-u", url, "-i", protocol,
+        command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
                    "--concurrency-range", str(concurrency), "-s", "50", "--measurement-interval", str(measurement_ms),
                    "--percentile", "99", "-f", out.name]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
