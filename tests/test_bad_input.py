@@ -310,3 +310,10 @@ def test_bf16_binary_round_trip(http):
     assert response.content[length:] == bits
     as_json = http("/v2/models/identity_bf16/infer", infer_body([{"name": "INPUT0", "shape": [4], "datatype": "BF16", "data": values.tolist()}]))
     assert as_json.json()["outputs"][0]["data"] == values.tolist()
+
+
+def test_shared_memory_is_refused_not_ignored(http):
+    inputs = simple_inputs()
+    inputs[0]["parameters"] = {"shared_memory_region": "input0_region", "shared_memory_byte_size": 64}
+    del inputs[0]["data"]
+    assert_error(http("/v2/models/simple/infer", infer_body(inputs)), 501, "shared_memory_region", "not supported")

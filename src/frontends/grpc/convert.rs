@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{Error, Result};
-use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
+use crate::inference::{reject_unsupported, InferenceRequest, InferenceResponse, Parameter};
 use crate::proto::inference::{
     infer_parameter::ParameterChoice, model_infer_request::InferInputTensor, model_infer_response::InferOutputTensor,
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
@@ -33,7 +33,7 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
         .outputs
         .into_iter()
         .map(|output| {
-            reject_unsupported(&output.parameters, &output.name)?;
+            reject_unsupported(output.parameters.keys(), &output.name)?;
             Ok(output.name)
         })
         .collect::<Result<_>>()?;
@@ -51,7 +51,7 @@ fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tenso
     let name = input.name;
     let datatype = DataType::from_kserve(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
-    reject_unsupported(&input.parameters, &name)?;
+    reject_unsupported(input.parameters.keys(), &name)?;
     let data = match (raw, input.contents) {
         (Some(_), Some(contents)) if !is_empty(&contents) => {
             return Err(Error::invalid(format!("input '{name}' has both raw_input_contents and typed contents")))
@@ -114,15 +114,6 @@ fn put_all<T>(out: &mut BytesMut, values: &[T], put: impl Fn(&mut BytesMut, &T) 
         put(out, value)?;
     }
     Ok(values.len())
-}
-
-fn reject_unsupported(parameters: &HashMap<String, InferParameter>, name: &str) -> Result<()> {
-    for key in ["shared_memory_region", "classification"] {
-        if parameters.contains_key(key) {
-            return Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")));
-        }
-    }
-    Ok(())
 }
 
 fn parameters_from_proto(parameters: HashMap<String, InferParameter>) -> Result<Vec<(String, Parameter)>> {

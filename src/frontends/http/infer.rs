@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 use super::decoded_body;
 use super::json_data::{self, JsonData};
 use crate::error::{Error, Result};
-use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
+use crate::inference::{reject_unsupported, InferenceRequest, InferenceResponse, Parameter};
 use crate::server::ServerContext;
 use crate::tensor::{element_count, DataType, Tensor};
 
@@ -108,7 +108,7 @@ fn decode_request(model: String, version: String, headers: &HeaderMap, body: Byt
     let mut binary_outputs = Vec::with_capacity(header.outputs.len());
     let mut requested_outputs = Vec::with_capacity(header.outputs.len());
     for output in header.outputs {
-        reject_unsupported(&output.parameters, &output.name)?;
+        reject_unsupported(output.parameters.keys(), &output.name)?;
         binary_outputs.push(flag(&output.parameters, "binary_data")?.unwrap_or(binary_default));
         requested_outputs.push(output.name);
     }
@@ -130,7 +130,7 @@ fn decode_input(input: InputHeader, binary: &mut Bytes) -> Result<Tensor> {
     let name = input.name;
     let datatype = DataType::from_kserve(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
-    reject_unsupported(&input.parameters, &name)?;
+    reject_unsupported(input.parameters.keys(), &name)?;
     let count = element_count(&name, &input.shape)?;
     let binary_size = match input.parameters.get("binary_data_size") {
         None => None,
@@ -155,17 +155,6 @@ fn decode_input(input: InputHeader, binary: &mut Bytes) -> Result<Tensor> {
         (None, None) => return Err(Error::invalid(format!("input '{name}' has neither data nor binary_data_size"))),
     };
     Ok(Tensor { name, datatype, shape: input.shape, data })
-}
-
-/// Shared memory and classification are extensions this server does not offer yet; say so rather than
-/// silently ignore them.
-fn reject_unsupported(parameters: &Map<String, Value>, name: &str) -> Result<()> {
-    for key in ["shared_memory_region", "classification"] {
-        if parameters.contains_key(key) {
-            return Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")));
-        }
-    }
-    Ok(())
 }
 
 fn flag(parameters: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
