@@ -50,9 +50,10 @@ def heavy_model(path):
     onnx.save(model, path)
 
 
-def prepare():
+def prepare(intra_threads):
     repo = CACHE / "repos" / "batching"
-    config = f"""platform: "onnxruntime_onnx"
+    threads = f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{intra_threads}" }} }}\n' if intra_threads else ""
+    config = threads + f"""platform: "onnxruntime_onnx"
 max_batch_size: 16
 input [ {{ name: "INPUT0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
 output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
@@ -63,11 +64,11 @@ output [ {{ name: "OUTPUT0" data_type: TYPE_FP32 dims: [ {WIDTH} ] }} ]
     return repo
 
 
-def bare_onnxruntime_p50(model, runs):
+def bare_onnxruntime_p50(model, runs, intra_threads):
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = os.cpu_count()
+    options.intra_op_num_threads = intra_threads or os.cpu_count()
     session = onnxruntime.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     x = np.random.default_rng(1).standard_normal((1, WIDTH)).astype(np.float32)
     for _ in range(20):
@@ -84,8 +85,9 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--measurement-ms", type=int, default=3000)
+    parser.add_argument("--intra-threads", type=int, default=0, help="ONNX Runtime intra-op threads (0: the server's default)")
     args = parser.parse_args()
-    repo = prepare()
+    repo = prepare(args.intra_threads)
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [str(TESSERA), "--model-repository", str(repo), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics)]
@@ -97,15 +99,18 @@ def main():
             order = ["heavy_batched", "heavy"] if trial % 2 == 0 else ["heavy", "heavy_batched"]
             for model in order:
                 by_model.setdefault(model, []).append(perf_analyzer(server, "grpc", 16, args.measurement_ms, model=model))
-        single = perf_analyzer(server, "http", 1, args.measurement_ms, model="heavy")
+        # A 300 µs model at concurrency 1 varies more between windows on this noisy machine than 50%.
+        single = perf_analyzer(server, "http", 1, args.measurement_ms, model="heavy", stability=100)
     finally:
         server.stop()
-    bare = bare_onnxruntime_p50(repo / "heavy" / "1" / "model.onnx", 300)
+    bare = bare_onnxruntime_p50(repo / "heavy" / "1" / "model.onnx", 300, args.intra_threads)
     ratio = statistics.median(b[0] / u[0] for b, u in zip(by_model["heavy_batched"], by_model["heavy"]))
     batched = statistics.median(p[0] for p in by_model["heavy_batched"])
     unbatched = statistics.median(p[0] for p in by_model["heavy"])
     print()
-    print(f"MLP {LAYERS}x{WIDTH} FP32, gRPC, concurrency 16, {args.trials} trials of {args.measurement_ms} ms each, {os.cpu_count()} cores:")
+    threads = args.intra_threads or "default"
+    print(f"MLP {LAYERS}x{WIDTH} FP32, gRPC, concurrency 16, {args.trials} trials of {args.measurement_ms} ms each, "
+          f"{os.cpu_count()} cores, intra-op threads {threads}:")
     print("| model | infer/s |")
     print("|---|---|")
     print(f"| dynamic batching on | {batched:.0f} |")
