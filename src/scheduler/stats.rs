@@ -47,8 +47,8 @@ pub struct Stats {
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
     pending: AtomicI64,
-    batches: Mutex<BTreeMap<u64, [Duration; 3]>>,
-    batch_counts: Mutex<BTreeMap<u64, u64>>,
+    /// Per batch size: how many executions, and their compute times.
+    batches: Mutex<BTreeMap<u64, (u64, Timing)>>,
     metrics: ModelMetrics,
 }
 
@@ -66,7 +66,6 @@ impl Stats {
             last_inference_ms: AtomicU64::default(),
             pending: AtomicI64::default(),
             batches: Mutex::default(),
-            batch_counts: Mutex::default(),
             metrics,
         }
     }
@@ -86,11 +85,11 @@ impl Stats {
         self.compute_output.add(1, timing.compute_output);
         {
             let mut batches = self.batches.lock().expect("stats lock");
-            let entry = batches.entry(batch_size).or_default();
-            entry[0] += timing.compute_input;
-            entry[1] += timing.compute_infer;
-            entry[2] += timing.compute_output;
-            *self.batch_counts.lock().expect("stats lock").entry(batch_size).or_default() += 1;
+            let (count, total) = batches.entry(batch_size).or_default();
+            *count += 1;
+            total.compute_input += timing.compute_input;
+            total.compute_infer += timing.compute_infer;
+            total.compute_output += timing.compute_output;
         }
         self.metrics.executed(batch_size, timing);
     }
@@ -112,20 +111,18 @@ impl Stats {
     }
 
     pub fn snapshot(&self, name: &str, version: i64) -> ModelStatistics {
-        let counts = self.batch_counts.lock().expect("stats lock").clone();
         let batch_stats = self
             .batches
             .lock()
             .expect("stats lock")
             .iter()
-            .map(|(&batch_size, times)| {
-                let count = counts.get(&batch_size).copied().unwrap_or(0);
+            .map(|(&batch_size, &(count, total))| {
                 let duration = |d: Duration| Some(StatisticDuration { count, ns: d.as_nanos() as u64 });
                 InferBatchStatistics {
                     batch_size,
-                    compute_input: duration(times[0]),
-                    compute_infer: duration(times[1]),
-                    compute_output: duration(times[2]),
+                    compute_input: duration(total.compute_input),
+                    compute_infer: duration(total.compute_infer),
+                    compute_output: duration(total.compute_output),
                 }
             })
             .collect();
