@@ -3,6 +3,7 @@ first batch of each model until that many requests are queued): the expected bat
 batch_stats and in the batch-size histogram, and every request still gets its own answer."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -36,7 +37,8 @@ def batching(tmp_path_factory):
 
 
 def send_together(server, model, arrays):
-    """Sends one request per array at once; returns each request's OUTPUT0 (or its error)."""
+    """Sends one request per array, each a few milliseconds after the one before so that they reach the queue
+    in list order; returns each request's OUTPUT0 (or its error)."""
     results = [None] * len(arrays)
 
     def call(i):
@@ -53,6 +55,7 @@ def send_together(server, model, arrays):
     threads = [threading.Thread(target=call, args=(i,)) for i in range(len(arrays))]
     for t in threads:
         t.start()
+        time.sleep(0.02)
     for t in threads:
         t.join(timeout=60)
     return results

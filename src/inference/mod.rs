@@ -6,6 +6,8 @@ pub mod signature;
 
 pub use signature::Signature;
 
+use std::time::Duration;
+
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -40,6 +42,40 @@ pub struct InferenceRequest {
     /// Output names asked for, in the order asked; empty means every output in config order.
     pub requested_outputs: Vec<String>,
     pub parameters: Vec<(String, Parameter)>,
+}
+
+/// What a request asks of the scheduler through its parameters: Triton's `priority` (0 means the model's
+/// default level) and `timeout` in microseconds (0 or absent means none of its own).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct SchedulingWishes {
+    pub priority: u64,
+    pub timeout: Option<Duration>,
+}
+
+impl InferenceRequest {
+    /// Reads the `priority` and `timeout` parameters, refusing values that are not non-negative integers.
+    pub fn scheduling_wishes(&self) -> Result<SchedulingWishes> {
+        let mut wishes = SchedulingWishes::default();
+        for (key, value) in &self.parameters {
+            let field = match key.as_str() {
+                "priority" | "timeout" => key.as_str(),
+                _ => continue,
+            };
+            let number = match value {
+                Parameter::Int(n) if *n >= 0 => *n as u64,
+                other => {
+                    return Err(Error::InvalidArgument(format!(
+                        "the '{field}' parameter must be a non-negative integer, got {other:?}"
+                    )))
+                }
+            };
+            match field {
+                "priority" => wishes.priority = number,
+                _ => wishes.timeout = (number > 0).then(|| Duration::from_micros(number)),
+            }
+        }
+        Ok(wishes)
+    }
 }
 
 #[derive(Clone, Debug)]

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 
 use super::{line_of, ModelConfig};
 use crate::proto::inference::{
-    model_instance_group::Kind, model_version_policy, DataType as ConfigDataType, ModelInput, ModelInstanceGroup,
+    model_config::SchedulingChoice, model_instance_group::Kind, model_version_policy, DataType as ConfigDataType, ModelInput, ModelInstanceGroup,
     ModelOutput, ModelVersionPolicy,
 };
 
@@ -51,7 +51,30 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
     let outputs = config.output.iter().map(|o| TensorDecl::from(o));
     check_tensors("input", inputs, &at)?;
     check_tensors("output", outputs, &at)?;
+    check_priority_levels(config).map_err(|e| format!("{}: {e}", at("priority_levels", 0)))?;
     Ok(())
+}
+
+/// With `priority_levels` set, the default level and every level given a queue policy must exist (Triton
+/// refuses such a config too).
+fn check_priority_levels(config: &ModelConfig) -> Result<(), String> {
+    let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
+        return Ok(());
+    };
+    let levels = batching.priority_levels;
+    if levels == 0 {
+        return Ok(());
+    }
+    if !(1..=levels).contains(&batching.default_priority_level) {
+        return Err(format!(
+            "default_priority_level must be in range [1, {levels}] (priority_levels), got {}",
+            batching.default_priority_level
+        ));
+    }
+    match batching.priority_queue_policy.keys().find(|level| !(1..=levels).contains(*level)) {
+        Some(level) => Err(format!("priority_queue_policy names level {level}, outside [1, {levels}] (priority_levels)")),
+        None => Ok(()),
+    }
 }
 
 /// The backend that will run the model: `backend` if set, else the one its `platform` implies.
@@ -205,6 +228,16 @@ mod tests {
         assert!(check(&backend).unwrap_err().contains("unknown backend 'nope'"));
         assert!(check(OUT).unwrap_err().contains("neither a platform nor a backend"));
         assert!(check(&format!("name: \"other\"\nbackend: \"wasm\"\n{OUT}")).unwrap_err().contains("does not match"));
+    }
+
+    #[test]
+    fn rejects_priority_levels_that_do_not_exist() {
+        let batching = |body: &str| format!("backend: \"wasm\"\nmax_batch_size: 4\n{OUT}dynamic_batching {{\n {body} }}\n");
+        check(&batching("priority_levels: 2 default_priority_level: 2")).unwrap();
+        let default = check(&batching("priority_levels: 2 default_priority_level: 3")).unwrap_err();
+        assert_eq!(default, "m/config.pbtxt:5: default_priority_level must be in range [1, 2] (priority_levels), got 3");
+        let policy = batching("priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 5 value { max_queue_size: 1 } }");
+        assert!(check(&policy).unwrap_err().contains("names level 5, outside [1, 2]"));
     }
 
     #[test]

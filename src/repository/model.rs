@@ -11,7 +11,6 @@ use crate::error::Result;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::proto::inference::ModelStatistics;
-use crate::proto::inference::model_config::SchedulingChoice;
 use crate::scheduler::batcher::{self, Batcher};
 use crate::scheduler::stats::Stats;
 use crate::scheduler::InstancePool;
@@ -65,7 +64,7 @@ impl ModelVersion {
         }
         let pool = Arc::new(InstancePool::new(&format!("{name}:{version}"), instances));
         let stats = Arc::new(Stats::new(metrics.for_model(&name, version)));
-        let batcher = batching_policy(&config).map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
+        let batcher = batcher::Policy::from_config(&config).map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
         Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool, batcher, stats })
     }
 
@@ -82,12 +81,16 @@ impl ModelVersion {
         if let Err(e) = self.signature.check_request(&request) {
             return (Err(e), Default::default());
         }
+        let wishes = match request.scheduling_wishes() {
+            Ok(wishes) => wishes,
+            Err(e) => return (Err(e), Default::default()),
+        };
         let id = request.id.clone();
         let requested = request.requested_outputs.clone();
         let batch_size = self.batch_size(&request);
         let (result, queue) = match &self.batcher {
             Some(batcher) => {
-                let answer = batcher.submit(request, batch_size).await;
+                let answer = batcher.submit(request, batch_size, wishes).await;
                 (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
             }
             None => self.execute_alone(request, &requested, batch_size).await,
@@ -130,16 +133,4 @@ impl ModelVersion {
     pub async fn shutdown(&self) {
         self.pool.shutdown().await;
     }
-}
-
-/// The dynamic batching policy, when the config asks for it and the model batches.
-fn batching_policy(config: &ModelConfig) -> Option<batcher::Policy> {
-    let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
-        return None;
-    };
-    (config.max_batch_size > 0).then(|| batcher::Policy {
-        max_batch_size: config.max_batch_size as u64,
-        preferred: batching.preferred_batch_size.iter().map(|&p| p.max(1) as u64).collect(),
-        max_delay: std::time::Duration::from_micros(batching.max_queue_delay_microseconds),
-    })
 }

@@ -6,20 +6,26 @@
 //! plugin: one `execute` call with one batched request, as Triton does for the python backend); each
 //! request gets back its own rows of every output.
 //!
+//! Waiting requests are ordered by `queue::PriorityQueue` (priority levels, queue sizes, timeouts). With
+//! `preserve_ordering`, requests are answered in the order they joined batches even when a later batch
+//! finishes first on another instance.
+//!
 //! Triton's test hook `TRITONSERVER_DELAY_SCHEDULER=N` holds the first batch until N requests are queued,
 //! so that tests can form batches deterministically.
 
-use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
+use super::queue::{Priorities, PriorityQueue};
 use super::stats::{Stats, Timing};
 use super::{InstancePool, Reservation};
 use crate::error::{Error, Result};
-use crate::inference::InferenceRequest;
+use crate::inference::{InferenceRequest, SchedulingWishes};
+use crate::model_config::ModelConfig;
+use crate::proto::inference::model_config::SchedulingChoice;
 use crate::tensor::{bytes_elements, encode_bytes_elements, DataType, Tensor};
 
 /// The batching settings of one model version.
@@ -28,6 +34,25 @@ pub struct Policy {
     pub max_batch_size: u64,
     pub preferred: Vec<u64>,
     pub max_delay: Duration,
+    pub priorities: Priorities,
+    /// Answer requests in the order their batches were formed, whichever instance finishes first.
+    pub preserve_ordering: bool,
+}
+
+impl Policy {
+    /// The policy a validated config asks for, when it enables dynamic batching and the model batches.
+    pub fn from_config(config: &ModelConfig) -> Option<Self> {
+        let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
+            return None;
+        };
+        (config.max_batch_size > 0).then(|| Policy {
+            max_batch_size: config.max_batch_size as u64,
+            preferred: batching.preferred_batch_size.iter().map(|&p| p.max(1) as u64).collect(),
+            max_delay: Duration::from_micros(batching.max_queue_delay_microseconds),
+            priorities: Priorities::from_config(batching),
+            preserve_ordering: batching.preserve_ordering,
+        })
+    }
 }
 
 /// What a request gets back from the batcher: its outputs, and how long it waited for its batch.
@@ -40,7 +65,35 @@ struct Pending {
     request: InferenceRequest,
     rows: u64,
     arrived: Instant,
+    wishes: SchedulingWishes,
     reply: oneshot::Sender<Answer>,
+    /// With `preserve_ordering`, set when the request joins a batch.
+    turn: Option<Turn>,
+}
+
+/// A request's place in the answering order: it answers once the request batched before it has answered
+/// (or has gone), and its own going lets the next one answer.
+struct Turn {
+    previous: Option<oneshot::Receiver<()>>,
+    _done: oneshot::Sender<()>,
+}
+
+impl Pending {
+    /// Answers the request, after its predecessor when the order is preserved.
+    async fn answer(self, result: Result<Vec<Tensor>>, queue: Duration) {
+        let mut turn = self.turn;
+        if let Some(previous) = turn.as_mut().and_then(|t| t.previous.as_mut()) {
+            // Both outcomes mean the predecessor has answered: its signal is only ever dropped, never sent.
+            let _ = previous.await;
+        }
+        let _ = self.reply.send(Answer { result, queue });
+        drop(turn);
+    }
+
+    fn reject(self, error: Error) {
+        let queue = self.arrived.elapsed();
+        let _ = self.reply.send(Answer { result: Err(error), queue });
+    }
 }
 
 pub struct Batcher {
@@ -52,20 +105,30 @@ impl Batcher {
     pub fn start(runtime: &tokio::runtime::Handle, policy: Policy, pool: Arc<InstancePool>, stats: Arc<Stats>) -> Self {
         let (queue, incoming) = mpsc::unbounded_channel();
         let hold_until = std::env::var("TRITONSERVER_DELAY_SCHEDULER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        runtime.spawn(Loop { policy, pool, stats, incoming, waiting: VecDeque::new(), hold_until }.run());
+        let waiting = PriorityQueue::new(&policy.priorities);
+        runtime.spawn(Loop { policy, pool, stats, incoming, waiting, hold_until, last_turn: None }.run());
         Batcher { queue }
     }
 
     /// Queues a checked request; `rows` is its batch dimension.
-    pub async fn submit(&self, request: InferenceRequest, rows: u64) -> Answer {
+    pub async fn submit(&self, request: InferenceRequest, rows: u64, wishes: SchedulingWishes) -> Answer {
         let arrived = Instant::now();
         let (reply, answer) = oneshot::channel();
         let gone = || Answer { result: Err(Error::Unavailable("the model is being unloaded".into())), queue: arrived.elapsed() };
-        if self.queue.send(Pending { request, rows, arrived, reply }).is_err() {
+        if self.queue.send(Pending { request, rows, arrived, wishes, reply, turn: None }).is_err() {
             return gone();
         }
         answer.await.unwrap_or_else(|_| gone())
     }
+}
+
+/// What woke the batching task while it waited.
+enum Event {
+    Arrived(Pending),
+    /// A timer ran out: a request's queue deadline, or the batch delay.
+    Timer,
+    /// Every sender is gone: the model version was dropped.
+    Closed,
 }
 
 struct Loop {
@@ -73,84 +136,166 @@ struct Loop {
     pool: Arc<InstancePool>,
     stats: Arc<Stats>,
     incoming: mpsc::UnboundedReceiver<Pending>,
-    /// Requests received but not yet batched, oldest first.
-    waiting: VecDeque<Pending>,
+    /// Requests received but not yet batched.
+    waiting: PriorityQueue<Pending>,
     /// Form no batch before this many requests are queued (the test hook); 0 once released.
     hold_until: usize,
+    /// With `preserve_ordering`: the signal of the last request put in a batch.
+    last_turn: Option<oneshot::Receiver<()>>,
 }
 
 impl Loop {
     async fn run(mut self) {
-        loop {
-            if self.waiting.is_empty() {
-                match self.incoming.recv().await {
-                    Some(pending) => self.waiting.push_back(pending),
-                    None => return,
-                }
-            }
-            while self.waiting.len() < self.hold_until {
-                match self.incoming.recv().await {
-                    Some(pending) => self.waiting.push_back(pending),
-                    None => return,
-                }
-            }
-            self.hold_until = 0;
-            let Ok(reservation) = self.pool.reserve().await else {
+        while self.wait_for_work().await {
+            let Some(reservation) = self.reserve().await else {
                 self.fail_all(Error::Unavailable("the model is being unloaded".into()));
                 return;
             };
+            if self.waiting.is_empty() {
+                // Everything waiting timed out meanwhile: give the instance back.
+                continue;
+            }
             let batch = self.gather().await;
             let (pool, stats) = (self.pool.clone(), self.stats.clone());
             tokio::spawn(execute(pool, stats, reservation, batch));
         }
+        self.fail_all(Error::Unavailable("the model is being unloaded".into()));
     }
 
-    /// Takes the oldest request and compatible ones behind it: the largest preferred batch size the waiting
-    /// requests can make, else as many as fit in `max_batch_size`, waiting for more until the oldest
-    /// request's delay has passed.
+    /// Waits until a request is waiting (and the test hook lets batches form). False once closed.
+    async fn wait_for_work(&mut self) -> bool {
+        loop {
+            self.reject_expired();
+            if !self.waiting.is_empty() && self.waiting.len() >= self.hold_until {
+                self.hold_until = 0;
+                return true;
+            }
+            match self.next_event(None).await {
+                Event::Arrived(pending) => self.admit(pending),
+                Event::Timer => {}
+                Event::Closed => return false,
+            }
+        }
+    }
+
+    /// Waits for an idle instance, still admitting arrivals and applying deadlines meanwhile. `None` when
+    /// the pool has closed.
+    async fn reserve(&mut self) -> Option<Reservation> {
+        let pool = self.pool.clone();
+        let reserve = pool.reserve();
+        tokio::pin!(reserve);
+        let mut closed = false;
+        loop {
+            let event = tokio::select! {
+                reserved = &mut reserve => return reserved.ok(),
+                event = self.next_event(None), if !closed => event,
+            };
+            match event {
+                Event::Arrived(pending) => self.admit(pending),
+                Event::Timer => self.reject_expired(),
+                Event::Closed => closed = true,
+            }
+        }
+    }
+
+    /// The next arrival, or the next request deadline (or `until`, if sooner) passing.
+    async fn next_event(&mut self, until: Option<Instant>) -> Event {
+        let deadline = match (self.waiting.next_deadline(), until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let timer = async {
+            match deadline {
+                Some(at) => tokio::time::sleep_until(at.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            arrived = self.incoming.recv() => arrived.map_or(Event::Closed, Event::Arrived),
+            _ = timer => Event::Timer,
+        }
+    }
+
+    /// Queues an arrival at its priority level, or refuses it at once when that level is full.
+    fn admit(&mut self, pending: Pending) {
+        let level = self.policy.priorities.level_of(pending.wishes.priority);
+        let (timeout, arrived) = (pending.wishes.timeout, pending.arrived);
+        if let Err(refused) = self.waiting.push(level, pending, timeout, arrived) {
+            let max = self.policy.priorities.levels[level].max_queue_size;
+            refused.reject(Error::Unavailable(format!(
+                "model '{}': Exceeds maximum queue size: {max} requests already wait at priority level {}",
+                self.pool.label(),
+                level + 1
+            )));
+        }
+    }
+
+    fn reject_expired(&mut self) {
+        for pending in self.waiting.expire(Instant::now()) {
+            pending.reject(Error::Unavailable(format!(
+                "model '{}': Request timeout expired: the request waited in the queue past its timeout",
+                self.pool.label()
+            )));
+        }
+    }
+
+    /// Takes the first request in serving order and compatible ones behind it: the largest preferred batch
+    /// size the waiting requests can make, else as many as fit in `max_batch_size`, waiting for more until
+    /// the first request's delay has passed.
     async fn gather(&mut self) -> Vec<Pending> {
-        let head = self.waiting.pop_front().expect("gather is called with a waiting request");
+        let head = self.waiting.remove(0).expect("gather is called with a waiting request");
         let deadline = head.arrived + self.policy.max_delay;
         let mut rows = head.rows;
         let mut batch = vec![head];
         loop {
             while let Ok(pending) = self.incoming.try_recv() {
-                self.waiting.push_back(pending);
+                self.admit(pending);
             }
+            self.reject_expired();
             let target = self.target(rows, &batch[0].request);
-            let mut index = 0;
-            while index < self.waiting.len() && rows < target {
-                let candidate = &self.waiting[index];
-                if rows + candidate.rows <= target && compatible(&batch[0].request, &candidate.request) {
-                    let taken = self.waiting.remove(index).expect("index is in range");
-                    rows += taken.rows;
-                    batch.push(taken);
-                } else {
-                    index += 1;
-                }
+            let chosen: Vec<usize> = self
+                .waiting
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| compatible(&batch[0].request, &p.request))
+                .filter_map(|(position, p)| {
+                    (rows + p.rows <= target).then(|| {
+                        rows += p.rows;
+                        position
+                    })
+                })
+                .collect();
+            let taken: Vec<Pending> = chosen.iter().rev().filter_map(|&position| self.waiting.remove(position)).collect();
+            batch.extend(taken.into_iter().rev());
+            if rows >= target || Instant::now() >= deadline {
+                break;
             }
-            if rows >= target {
-                return batch;
-            }
-            match tokio::time::timeout_at(deadline.into(), self.incoming.recv()).await {
-                Ok(Some(pending)) => self.waiting.push_back(pending),
-                Ok(None) | Err(_) => return batch,
+            match self.next_event(Some(deadline)).await {
+                Event::Arrived(pending) => self.admit(pending),
+                Event::Timer => {}
+                Event::Closed => break,
             }
         }
+        if self.policy.preserve_ordering {
+            for pending in &mut batch {
+                let (done, signal) = oneshot::channel();
+                pending.turn = Some(Turn { previous: self.last_turn.replace(signal), _done: done });
+            }
+        }
+        batch
     }
 
     /// The batch size to aim for: the largest preferred size that `rows` plus the compatible waiting
     /// requests can reach, else `max_batch_size`.
     fn target(&self, rows: u64, head: &InferenceRequest) -> u64 {
-        let available = rows
-            + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
+        let available = rows + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
         let max = self.policy.max_batch_size;
         self.policy.preferred.iter().copied().filter(|&p| p <= available.min(max) && p >= rows).max().unwrap_or(max)
     }
 
     fn fail_all(&mut self, error: Error) {
-        for pending in self.waiting.drain(..) {
-            let _ = pending.reply.send(Answer { result: Err(error.clone()), queue: pending.arrived.elapsed() });
+        for pending in self.waiting.drain() {
+            pending.reject(error.clone());
         }
     }
 }
@@ -178,7 +323,7 @@ async fn execute(pool: Arc<InstancePool>, stats: Arc<Stats>, reservation: Reserv
     }
     for (pending, result) in batch.into_iter().zip(results) {
         let queue = dispatched.duration_since(pending.arrived);
-        let _ = pending.reply.send(Answer { result, queue });
+        pending.answer(result, queue).await;
     }
 }
 

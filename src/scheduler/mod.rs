@@ -6,6 +6,7 @@
 //! another thread happens on the way.
 
 pub mod batcher;
+pub mod queue;
 pub mod stats;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -54,6 +55,11 @@ impl InstancePool {
                 live: AtomicUsize::new(count),
             }),
         }
+    }
+
+    /// "model:version", for messages.
+    pub fn label(&self) -> &str {
+        &self.label
     }
 
     /// Waits for an idle instance and executes the request on it, timing each stage.
