@@ -50,6 +50,24 @@ pub struct Options {
     #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub strict_readiness: bool,
 
+    /// How models are loaded: `none` loads every model at start-up and never changes them, `poll` also
+    /// follows changes in the repositories, `explicit` loads only `--load-model` models at start-up and
+    /// then what the repository API asks for.
+    #[arg(long, value_enum, default_value_t = ControlMode::None)]
+    pub model_control_mode: ControlMode,
+
+    /// In explicit mode, a model to load at start-up; repeat the flag for several, or give `*` (alone) for all.
+    #[arg(long = "load-model", value_name = "NAME")]
+    pub load_models: Vec<String>,
+
+    /// In poll mode, seconds between scans of the repositories.
+    #[arg(long, default_value_t = 15)]
+    pub repository_poll_secs: u64,
+
+    /// Read `configs/<NAME>.pbtxt` in each model directory instead of `config.pbtxt`, where it exists.
+    #[arg(long, value_name = "NAME")]
+    pub model_config_name: Option<String>,
+
     /// Do not complete configs from the models themselves (a config.pbtxt must then say everything).
     #[arg(long)]
     pub disable_auto_complete_config: bool,
@@ -73,6 +91,14 @@ pub struct Options {
     pub cache_dir: Option<PathBuf>,
 }
 
+/// Triton's model control modes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ControlMode {
+    None,
+    Poll,
+    Explicit,
+}
+
 fn parse_backend_config(text: &str) -> Result<(String, String, String), String> {
     let (backend, setting) = text.split_once(',').ok_or("expected <backend>,<setting>=<value>")?;
     let (key, value) = setting.split_once('=').ok_or("expected <backend>,<setting>=<value>")?;
@@ -80,6 +106,17 @@ fn parse_backend_config(text: &str) -> Result<(String, String, String), String> 
 }
 
 impl Options {
+    /// Checks combinations clap cannot express; the message is printed at start-up.
+    pub fn check(&self) -> Result<(), String> {
+        if self.load_models.iter().any(|m| m == "*") && self.load_models.len() > 1 {
+            return Err("--load-model=* loads every model and must be the only --load-model given".into());
+        }
+        if self.repository_poll_secs == 0 && self.model_control_mode == ControlMode::Poll {
+            return Err("--repository-poll-secs must be at least 1 in poll mode".into());
+        }
+        Ok(())
+    }
+
     /// The last value given for `backend`'s `key` with `--backend-config`.
     pub fn backend_setting(&self, backend: &str, key: &str) -> Option<&str> {
         self.backend_config.iter().rev().find(|(b, k, _)| b == backend && k == key).map(|(_, _, v)| v.as_str())

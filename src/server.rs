@@ -11,21 +11,29 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, Runtimes};
-use crate::cli::Options;
+use crate::cli::{ControlMode, Options};
 use crate::error::Result;
 use crate::error::Error;
 use crate::frontends::metrics::Metrics;
 use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::proto::inference::ModelStatisticsResponse;
-use crate::repository::ModelRepository;
+use crate::repository::{Loader, ModelControl, ModelRepository};
 
 /// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 4] = ["binary_tensor_data", "model_configuration", "parameters", "statistics"];
+pub const EXTENSIONS: [&str; 6] = [
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "parameters",
+    "statistics",
+];
 
 pub struct ServerContext {
     pub options: Options,
-    pub repository: ModelRepository,
+    pub repository: Arc<ModelRepository>,
+    pub control: Arc<ModelControl>,
     shutting_down: AtomicBool,
 }
 
@@ -50,8 +58,8 @@ pub struct ModelMetadata {
 }
 
 impl ServerContext {
-    pub fn new(options: Options, repository: ModelRepository) -> Self {
-        ServerContext { options, repository, shutting_down: AtomicBool::new(false) }
+    pub fn new(options: Options, repository: Arc<ModelRepository>, control: Arc<ModelControl>) -> Self {
+        ServerContext { options, repository, control, shutting_down: AtomicBool::new(false) }
     }
 
     pub fn is_live(&self) -> bool {
@@ -97,7 +105,7 @@ impl ServerContext {
     /// model (empty `version`), or of one version.
     pub fn statistics(&self, model: &str, version: &str) -> Result<ModelStatisticsResponse> {
         let model_stats = match (model, version) {
-            ("", "") => self.repository.models().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect(),
+            ("", "") => self.repository.records().iter().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect(),
             ("", _) => return Err(Error::invalid("a model version needs a model name")),
             (model, "") => self.repository.record(model)?.ready_versions().map(|v| v.statistics()).collect(),
             (model, version) => vec![self.repository.version(model, version)?.statistics()],
@@ -106,7 +114,7 @@ impl ServerContext {
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
-        let model = self.repository.version(&request.model, &request.version)?;
+        let model = self.repository.lease(&request.model, &request.version)?;
         model.infer(request).await
     }
 }
@@ -121,27 +129,39 @@ pub fn init_logging(verbose: u32) {
 
 /// Loads every model, then serves HTTP and gRPC until a shutdown signal.
 pub async fn run(options: Options) -> anyhow::Result<()> {
+    options.check().map_err(anyhow::Error::msg)?;
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
     let auto_complete_disabled = options.disable_auto_complete_config;
-    let repositories = options.model_repositories.clone();
+    let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
     let load_metrics = metrics.clone();
-    let repository = tokio::task::spawn_blocking(move || -> anyhow::Result<ModelRepository> {
+    let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
         let runtimes = Runtimes {
             wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")?,
             onnx: OnnxRuntime::new(onnx_library),
             complete_configs: !auto_complete_disabled,
         };
-        ModelRepository::load_all(&runtime, &repositories, &runtimes, &load_metrics).map_err(anyhow::Error::msg)
+        Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name })
     })
     .await??;
+    let repository = Arc::new(ModelRepository::default());
+    let control = Arc::new(ModelControl::new(
+        options.model_control_mode,
+        options.model_repositories.clone(),
+        loader,
+        repository.clone(),
+    ));
+    control.start(&options.load_models).await.map_err(anyhow::Error::msg)?;
     report_failures(&repository);
     if options.exit_on_error && !repository.all_ready() {
         anyhow::bail!("exiting: some models failed to load (see above); pass --exit-on-error=false to serve the rest");
     }
-    let context = Arc::new(ServerContext::new(options, repository));
+    if options.model_control_mode == ControlMode::Poll {
+        tokio::spawn(control.clone().poll_forever(std::time::Duration::from_secs(options.repository_poll_secs)));
+    }
+    let context = Arc::new(ServerContext::new(options, repository, control));
     let http_listener = bind(context.options.http_address, context.options.http_port, "HTTP").await?;
     let grpc_listener = bind(context.options.grpc_address, context.options.grpc_port, "gRPC").await?;
     tracing::info!("Started HTTPService at {}", display_addr(&http_listener));
@@ -175,7 +195,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
 }
 
 fn report_failures(repository: &ModelRepository) {
-    for model in repository.models() {
+    for model in repository.records() {
         for failure in model.failures() {
             tracing::error!(model = %model.name, "failed to load: {failure}");
         }

@@ -284,7 +284,11 @@ def test_grpc_plugin_trap(stub):
 
 
 def test_grpc_unimplemented_rpcs_say_so(stub):
-    grpc_error(lambda: stub.RepositoryIndex(service_pb2.RepositoryIndexRequest()), grpc.StatusCode.UNIMPLEMENTED, "RepositoryIndex")
+    grpc_error(
+        lambda: stub.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest()),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "SystemSharedMemoryStatus",
+    )
     grpc_error(lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()), grpc.StatusCode.UNIMPLEMENTED, "TraceSetting")
 
 

@@ -10,25 +10,42 @@ mod validate;
 use std::path::Path;
 
 pub use crate::proto::inference::ModelConfig;
-pub use json::to_json;
+pub use json::{parse_json, to_json};
 pub use text::parse_text;
 pub use validate::{normalise, validate};
 
-/// Reads and parses `<model_dir>/config.pbtxt`, lets `complete` fill in what it can (auto-completion from
-/// the model itself; `None` turns it off), then validates and normalises. Without a config file the model
-/// starts from an empty config, which only auto-completion can make valid. The model's name defaults to
-/// the directory name and must match it when given.
+/// Where a model's configuration comes from.
+pub enum ConfigSource<'a> {
+    /// `config.pbtxt`, or `configs/<name>.pbtxt` where `--model-config-name` names one that exists.
+    File { config_name: Option<&'a str> },
+    /// A JSON `ModelConfig` given with a load request, in place of the file.
+    Json(&'a str),
+}
+
+/// Reads, completes (when `complete` is given, e.g. from the model file itself), checks and normalises the
+/// configuration of the model in `model_dir`. Without a config file, `complete` must supply everything.
 pub fn load(
     model_dir: &Path,
     model_name: &str,
+    source: &ConfigSource<'_>,
     complete: Option<&dyn Fn(&mut ModelConfig) -> Result<(), String>>,
 ) -> Result<ModelConfig, String> {
-    let path = model_dir.join("config.pbtxt");
-    let origin = path.display().to_string();
-    let (mut config, text) = match std::fs::read_to_string(&path) {
-        Ok(text) => (parse_text(&text, &origin)?, text),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && complete.is_some() => (ModelConfig::default(), String::new()),
-        Err(e) => return Err(format!("{origin}: cannot read: {e}")),
+    let (mut config, text, origin) = match source {
+        ConfigSource::File { config_name } => {
+            let path = config_path(model_dir, *config_name);
+            let origin = path.display().to_string();
+            match std::fs::read_to_string(&path) {
+                Ok(text) => (parse_text(&text, &origin)?, text, origin),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound && complete.is_some() => {
+                    (ModelConfig::default(), String::new(), origin)
+                }
+                Err(e) => return Err(format!("{origin}: cannot read: {e}")),
+            }
+        }
+        ConfigSource::Json(text) => {
+            let origin = "the load request's 'config' parameter".to_string();
+            (parse_json(text, &origin)?, String::new(), origin)
+        }
     };
     if let Some(complete) = complete {
         complete(&mut config).map_err(|e| format!("{origin}: auto-completing the config: {e}"))?;
@@ -38,8 +55,15 @@ pub fn load(
     Ok(config)
 }
 
-/// The 1-based line of the first occurrence of `needle` after the `skip`-th, for pointing error messages at
-/// the right place in the source.
+/// The config file of the model in `model_dir`: `configs/<config_name>.pbtxt` if named and present (as
+/// Triton's `--model-config-name`), else `config.pbtxt`.
+pub fn config_path(model_dir: &Path, config_name: Option<&str>) -> std::path::PathBuf {
+    config_name
+        .map(|name| model_dir.join("configs").join(format!("{name}.pbtxt")))
+        .filter(|custom| custom.is_file())
+        .unwrap_or_else(|| model_dir.join("config.pbtxt"))
+}
+
 fn line_of(text: &str, needle: &str, skip: usize) -> Option<usize> {
     let (offset, _) = text.match_indices(needle).nth(skip)?;
     Some(text[..offset].matches('\n').count() + 1)

@@ -1,9 +1,15 @@
 //! A model version that loaded: its configuration (as parsed, and as JSON for `/config`), its signature,
 //! and the instance pool that runs it. Inference goes through here so that every request is checked
 //! against the signature before it is queued and every answer after it is executed.
+//!
+//! A version also counts the requests that hold it (`Lease`), so that a reload or unload can retire it
+//! without failing any of them: retiring waits until the last lease is gone, then finalises the instances.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
 
 use crate::backends::{LoadContext, Runtimes};
 use crate::frontends::metrics::Metrics;
@@ -26,6 +32,12 @@ pub struct ModelVersion {
     /// Present when the config enables dynamic batching.
     batcher: Option<Batcher>,
     stats: Arc<Stats>,
+    /// The content hash of the version directory it was loaded from, when known (see `loader`).
+    pub(super) files: Option<[u8; 32]>,
+    /// Requests holding a lease on this version.
+    users: AtomicUsize,
+    /// Signalled when `users` drops to zero.
+    idle: Notify,
 }
 
 impl ModelVersion {
@@ -35,19 +47,19 @@ impl ModelVersion {
         runtime: &tokio::runtime::Handle,
         runtimes: &Runtimes,
         metrics: &Metrics,
-        repository: &std::path::Path,
+        model_dir: &std::path::Path,
         config: Arc<ModelConfig>,
         version: i64,
     ) -> std::result::Result<Self, String> {
         let name = config.name.clone();
-        let version_dir = repository.join(&name).join(version.to_string());
+        let version_dir = model_dir.join(version.to_string());
         let signature = Signature::from_config(&config)?;
         let config_json = model_config::to_json(&config);
         let ctx = LoadContext {
             model: &name,
             version,
             version_dir: &version_dir,
-            repository: &repository.join(&name),
+            repository: model_dir,
             config: &config,
             config_json: &config_json.to_string(),
         };
@@ -65,7 +77,19 @@ impl ModelVersion {
         let pool = Arc::new(InstancePool::new(&format!("{name}:{version}"), instances));
         let stats = Arc::new(Stats::new(metrics.for_model(&name, version)));
         let batcher = batcher::Policy::from_config(&config).map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
-        Ok(ModelVersion { name, version, config, config_json: Arc::new(config_json), signature, pool, batcher, stats })
+        Ok(ModelVersion {
+            name,
+            version,
+            config,
+            config_json: Arc::new(config_json),
+            signature,
+            pool,
+            batcher,
+            stats,
+            files: None,
+            users: AtomicUsize::new(0),
+            idle: Notify::new(),
+        })
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
@@ -132,5 +156,46 @@ impl ModelVersion {
     /// Finishes in-flight requests and finalises every instance.
     pub async fn shutdown(&self) {
         self.pool.shutdown().await;
+    }
+
+    /// Waits until no request holds a lease on this version any more, then shuts it down. The caller must
+    /// have made the version unreachable first, so that no new lease can be taken.
+    pub async fn retire(&self) {
+        loop {
+            let idle = self.idle.notified();
+            tokio::pin!(idle);
+            idle.as_mut().enable();
+            if self.users.load(Ordering::Acquire) == 0 {
+                break;
+            }
+            idle.await;
+        }
+        self.shutdown().await;
+    }
+}
+
+/// A request's hold on a model version: while any lease exists, the version is not retired.
+pub struct Lease(Arc<ModelVersion>);
+
+impl Lease {
+    pub fn new(version: &Arc<ModelVersion>) -> Self {
+        version.users.fetch_add(1, Ordering::AcqRel);
+        Lease(version.clone())
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = ModelVersion;
+
+    fn deref(&self) -> &ModelVersion {
+        &self.0
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if self.0.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }

@@ -4,6 +4,7 @@
 
 mod convert;
 mod health;
+mod repository;
 
 use std::sync::Arc;
 
@@ -116,19 +117,26 @@ impl GrpcInferenceService for Service {
         Ok(Response::new(self.context.statistics(&request.name, &request.version)?))
     }
 
-    async fn repository_index(&self, _: Request<RepositoryIndexRequest>) -> Rpc<RepositoryIndexResponse> {
-        Err(unimplemented("RepositoryIndex"))
+    async fn repository_index(&self, request: Request<RepositoryIndexRequest>) -> Rpc<RepositoryIndexResponse> {
+        let entries = self.context.control.index(request.into_inner().ready);
+        Ok(Response::new(repository::index_response(entries)))
     }
 
-    async fn repository_model_load(&self, _: Request<RepositoryModelLoadRequest>) -> Rpc<RepositoryModelLoadResponse> {
-        Err(unimplemented("RepositoryModelLoad"))
+    async fn repository_model_load(&self, request: Request<RepositoryModelLoadRequest>) -> Rpc<RepositoryModelLoadResponse> {
+        let request = request.into_inner();
+        let overrides = repository::load_overrides(request.parameters)?;
+        self.context.control.load(&request.model_name, overrides).await?;
+        Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
     async fn repository_model_unload(
         &self,
-        _: Request<RepositoryModelUnloadRequest>,
+        request: Request<RepositoryModelUnloadRequest>,
     ) -> Rpc<RepositoryModelUnloadResponse> {
-        Err(unimplemented("RepositoryModelUnload"))
+        let request = request.into_inner();
+        repository::check_unload(&request.parameters)?;
+        self.context.control.unload(&request.model_name).await?;
+        Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 
     async fn system_shared_memory_status(

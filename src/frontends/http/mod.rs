@@ -3,6 +3,7 @@
 
 mod infer;
 mod json_data;
+mod repository;
 mod routes;
 
 use std::io::Read;
@@ -34,6 +35,9 @@ pub fn router(context: Arc<ServerContext>) -> Router {
         .route("/v2/models/stats", get(routes::all_statistics))
         .route("/v2/models/{model}/stats", get(routes::model_statistics))
         .route("/v2/models/{model}/versions/{version}/stats", get(routes::model_statistics_version))
+        .route("/v2/repository/index", post(repository::index))
+        .route("/v2/repository/models/{model}/load", post(repository::load))
+        .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer_version))
         .fallback(routes::not_found)

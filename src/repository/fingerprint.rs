@@ -1,0 +1,104 @@
+//! Content fingerprints of a model directory, so that poll mode can tell what changed: a hash of the config
+//! file's bytes, and one per version directory over every file in it (relative path, size and bytes). File
+//! contents are compared rather than modification times, which copies, `touch` and some volume mounts make
+//! unreliable. Hashing reads the files at every poll; model files are read at load anyway, and the poll
+//! interval is seconds.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+
+type Hash = [u8; 32];
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Fingerprint {
+    /// The config file's content hash; `None` when there is no config file.
+    pub config: Option<Hash>,
+    /// Every numeric version directory, by version.
+    pub versions: BTreeMap<i64, Hash>,
+}
+
+impl Fingerprint {
+    /// Fingerprints the model in `model_dir`, whose config file is `config_file`.
+    pub fn of(model_dir: &Path, config_file: &Path) -> Self {
+        let config = std::fs::read(config_file).ok().map(|bytes| Sha256::digest(bytes).into());
+        let versions = std::fs::read_dir(model_dir)
+            .into_iter()
+            .flatten()
+            .filter_map(|entry| entry.ok())
+            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+            .filter_map(|entry| Some((entry.file_name().to_str()?.parse::<i64>().ok()?, entry.path())))
+            .filter(|(version, _)| *version >= 0)
+            .map(|(version, dir)| (version, hash_tree(&dir)))
+            .collect();
+        Fingerprint { config, versions }
+    }
+}
+
+/// A hash over every file below `dir`, in path order.
+fn hash_tree(dir: &Path) -> Hash {
+    let mut files = Vec::new();
+    collect_files(dir, dir, &mut files);
+    files.sort();
+    let mut hasher = Sha256::new();
+    for relative in files {
+        hasher.update(relative.as_bytes());
+        hasher.update([0]);
+        if let Ok(mut file) = std::fs::File::open(dir.join(&relative)) {
+            let mut buffer = vec![0; 1 << 16];
+            let mut size = 0u64;
+            while let Ok(n) = file.read(&mut buffer) {
+                if n == 0 {
+                    break;
+                }
+                size += n as u64;
+                hasher.update(&buffer[..n]);
+            }
+            hasher.update(size.to_le_bytes());
+        }
+    }
+    hasher.finalize().into()
+}
+
+fn collect_files(root: &Path, dir: &Path, out: &mut Vec<String>) {
+    for entry in std::fs::read_dir(dir).into_iter().flatten().filter_map(|e| e.ok()) {
+        let path = entry.path();
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => collect_files(root, &path, out),
+            Ok(_) => {
+                if let Some(relative) = path.strip_prefix(root).ok().and_then(|p| p.to_str()) {
+                    out.push(relative.to_string());
+                }
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn changes_with_content_and_versions_not_with_timestamps() {
+        let dir = std::env::temp_dir().join(format!("tessera-fingerprint-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("1")).unwrap();
+        std::fs::write(dir.join("config.pbtxt"), "a").unwrap();
+        std::fs::write(dir.join("1/model.wasm"), "x").unwrap();
+        let config = dir.join("config.pbtxt");
+        let first = Fingerprint::of(&dir, &config);
+        std::fs::write(dir.join("1/model.wasm"), "x").unwrap(); // rewritten, same bytes
+        assert_eq!(Fingerprint::of(&dir, &config), first);
+        std::fs::write(dir.join("1/model.wasm"), "y").unwrap();
+        let changed = Fingerprint::of(&dir, &config);
+        assert_ne!(changed.versions[&1], first.versions[&1]);
+        assert_eq!(changed.config, first.config);
+        std::fs::create_dir_all(dir.join("2")).unwrap();
+        assert_eq!(Fingerprint::of(&dir, &config).versions.keys().copied().collect::<Vec<_>>(), vec![1, 2]);
+        std::fs::write(&config, "b").unwrap();
+        assert_ne!(Fingerprint::of(&dir, &config).config, first.config);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

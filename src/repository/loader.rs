@@ -1,0 +1,122 @@
+//! Builds a model's record from its directory: reads and completes the configuration, picks the versions
+//! the version policy serves, and loads each of them, logging how long each took. A model that fails
+//! (bad config, missing file, unavailable backend, failing initialisation) gets a record saying why; a
+//! failure never escapes as an error. On a reload, a version whose configuration and files are unchanged is
+//! kept as it is (same instances, no interruption) instead of being loaded again.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::fingerprint::Fingerprint;
+use super::record::{ModelRecord, VersionState};
+use super::{versions, ModelVersion};
+use crate::backends::Runtimes;
+use crate::frontends::metrics::Metrics;
+use crate::model_config::{self, ConfigSource, ModelConfig};
+
+/// Everything loading needs, shared by every load.
+pub struct Loader {
+    pub runtime: tokio::runtime::Handle,
+    pub runtimes: Runtimes,
+    pub metrics: Arc<Metrics>,
+    /// `--model-config-name`.
+    pub config_name: Option<String>,
+}
+
+impl Loader {
+    /// Loads the model `name` from `model_dir`. `previous` is the record it replaces, whose unchanged
+    /// versions are reused. Blocks: call it from a blocking thread.
+    pub fn load(
+        &self,
+        name: &str,
+        model_dir: &Path,
+        config_override: Option<&str>,
+        previous: Option<&ModelRecord>,
+    ) -> ModelRecord {
+        let config_file = model_config::config_path(model_dir, self.config_name.as_deref());
+        let fingerprint = Fingerprint::of(model_dir, &config_file);
+        let mut record = self.load_versions(name, model_dir, config_override, previous, &fingerprint);
+        record.fingerprint = Some(fingerprint);
+        record
+    }
+
+    fn load_versions(
+        &self,
+        name: &str,
+        model_dir: &Path,
+        config_override: Option<&str>,
+        previous: Option<&ModelRecord>,
+        fingerprint: &Fingerprint,
+    ) -> ModelRecord {
+        let newest = versions::newest(model_dir).map(|v| model_dir.join(v.to_string()));
+        let complete = |config: &mut ModelConfig| self.runtimes.auto_complete(config, newest.as_deref());
+        let complete: Option<&dyn Fn(&mut ModelConfig) -> Result<(), String>> =
+            self.runtimes.complete_configs.then_some(&complete);
+        let source = match config_override {
+            Some(json) => ConfigSource::Json(json),
+            None => ConfigSource::File { config_name: self.config_name.as_deref() },
+        };
+        let config = match model_config::load(model_dir, name, &source, complete) {
+            Ok(config) => Arc::new(config),
+            Err(reason) => return ModelRecord::failed(name, model_dir, reason),
+        };
+        let selected = match versions::select(model_dir, config.version_policy.as_ref()) {
+            Ok(selected) => selected,
+            Err(reason) => return ModelRecord::failed(name, model_dir, reason),
+        };
+        let versions = selected
+            .into_iter()
+            .map(|version| {
+                let state = match reusable(previous, &config, fingerprint, version) {
+                    Some(model) => VersionState::Ready(model),
+                    None => self.load_version(model_dir, &config, version, fingerprint.versions.get(&version).copied()),
+                };
+                (version, state)
+            })
+            .collect();
+        ModelRecord {
+            name: name.to_string(),
+            path: model_dir.to_path_buf(),
+            config: Some(config),
+            versions,
+            reason: None,
+            fingerprint: None,
+            scratch: None,
+        }
+    }
+
+    fn load_version(&self, model_dir: &Path, config: &Arc<ModelConfig>, version: i64, files: Option<[u8; 32]>) -> VersionState {
+        let started = Instant::now();
+        let name = config.name.as_str();
+        match ModelVersion::load(&self.runtime, &self.runtimes, &self.metrics, model_dir, config.clone(), version) {
+            Ok(mut model) => {
+                model.files = files;
+                tracing::info!(model = name, version, ms = started.elapsed().as_millis() as u64, "loaded, READY");
+                VersionState::Ready(Arc::new(model))
+            }
+            Err(reason) => {
+                tracing::warn!(model = name, version, ms = started.elapsed().as_millis() as u64, "failed to load: {reason}");
+                VersionState::Unavailable(reason)
+            }
+        }
+    }
+}
+
+/// The previous record's instance of `version`, when it is ready and was loaded from the same
+/// configuration and the same files.
+fn reusable(
+    previous: Option<&ModelRecord>,
+    config: &ModelConfig,
+    fingerprint: &Fingerprint,
+    version: i64,
+) -> Option<Arc<ModelVersion>> {
+    match previous?.versions.get(&version) {
+        Some(VersionState::Ready(model))
+            if *model.config == *config && model.files.is_some() && model.files == fingerprint.versions.get(&version).copied() =>
+        {
+            Some(model.clone())
+        }
+        _ => None,
+    }
+}

@@ -1,0 +1,101 @@
+//! What a repository load request may supply instead of the repository's own files: a JSON configuration,
+//! and model files (`file:<version>/<name>` parameters). Supplied files are written to a private scratch
+//! directory of the server's own, never into the user's repository, and the directory is removed once no
+//! loaded model uses it.
+
+use std::path::{Component, Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+
+use crate::error::{Error, Result};
+
+/// The overrides of one load request.
+#[derive(Default)]
+pub struct LoadOverrides {
+    /// A JSON `ModelConfig` that replaces the model's config file.
+    pub config: Option<String>,
+    /// Model files by path relative to the model directory (`1/model.onnx`).
+    pub files: Vec<(String, Bytes)>,
+}
+
+impl LoadOverrides {
+    /// Checks what the request supplied, as Triton does: files need a config, and every file path must
+    /// stay inside a version directory of the model.
+    pub fn check(&self) -> Result<()> {
+        if !self.files.is_empty() && self.config.is_none() {
+            return Err(Error::invalid("model files were supplied without a 'config' parameter, which they require"));
+        }
+        for (path, _) in &self.files {
+            relative_path(path)?;
+        }
+        Ok(())
+    }
+}
+
+/// A private directory holding a model's supplied files, removed when dropped.
+#[derive(Debug)]
+pub struct ScratchDir {
+    pub root: PathBuf,
+}
+
+impl ScratchDir {
+    /// Writes `files` under a new private directory; returns it and the model directory inside it.
+    pub fn create(model: &str, files: &[(String, Bytes)]) -> Result<(ScratchDir, PathBuf)> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let root = std::env::temp_dir()
+            .join(format!("tessera-{}-load-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        let scratch = ScratchDir { root };
+        let model_dir = scratch.root.join(model);
+        for (path, content) in files {
+            let target = model_dir.join(relative_path(path)?);
+            let written = target.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&target, content));
+            written.map_err(|e| Error::internal(format!("cannot store the supplied file '{path}': {e}")))?;
+        }
+        Ok((scratch, model_dir))
+    }
+}
+
+impl Drop for ScratchDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A supplied file's path, if it is `<version>/<name...>` with nothing that leaves the model directory.
+fn relative_path(path: &str) -> Result<&Path> {
+    let candidate = Path::new(path);
+    let bad = || Error::invalid(format!("supplied file 'file:{path}' must be named <version>/<file>, inside the model directory"));
+    let mut components = candidate.components();
+    match components.next() {
+        Some(Component::Normal(version)) if version.to_str().is_some_and(|v| v.parse::<u64>().is_ok()) => {}
+        _ => return Err(bad()),
+    }
+    if !components.clone().all(|c| matches!(c, Component::Normal(_))) || components.next().is_none() {
+        return Err(bad());
+    }
+    Ok(candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_paths_must_stay_inside_a_version_directory() {
+        assert!(relative_path("1/model.onnx").is_ok());
+        assert!(relative_path("3/sub/weights.bin").is_ok());
+        for bad in ["model.onnx", "1", "../1/x", "1/../../x", "/1/x", "v1/x", ""] {
+            assert!(relative_path(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn supplied_files_live_in_a_scratch_directory_removed_on_drop() {
+        let (scratch, model_dir) = ScratchDir::create("m", &[("1/model.wasm".into(), Bytes::from_static(b"abc"))]).unwrap();
+        assert_eq!(std::fs::read(model_dir.join("1/model.wasm")).unwrap(), b"abc");
+        let root = scratch.root.clone();
+        drop(scratch);
+        assert!(!root.exists());
+    }
+}
