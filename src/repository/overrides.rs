@@ -20,14 +20,17 @@ pub struct LoadOverrides {
 }
 
 impl LoadOverrides {
-    /// Checks what the request supplied, as Triton does: files need a config, and every file path must
-    /// stay inside a version directory of the model.
+    /// Checks what the request supplied before anything is loaded: files need a config, every file path
+    /// must stay inside a version directory of the model, and the config must be JSON of a model config.
     pub fn check(&self) -> Result<()> {
         if !self.files.is_empty() && self.config.is_none() {
             return Err(Error::invalid("model files were supplied without a 'config' parameter, which they require"));
         }
         for (path, _) in &self.files {
             relative_path(path)?;
+        }
+        if let Some(config) = &self.config {
+            crate::model_config::parse_json(config, "the 'config' parameter").map_err(Error::InvalidArgument)?;
         }
         Ok(())
     }
