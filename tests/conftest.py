@@ -60,6 +60,16 @@ def add_model(repo, name, config, plugin=None, versions=(1,), files=None):
     return model
 
 
+def add_sub_inputs(module, data):
+    """INPUT0 and INPUT1 of the add/sub models (`simple`, `simple_onnx`), both holding `data` (INT32 [1, 16])."""
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        tensor = module.InferInput(name, list(data.shape), "INT32")
+        tensor.set_data_from_numpy(data)
+        inputs.append(tensor)
+    return inputs
+
+
 def identity_config(name, config_type):
     return (
         f'name: "{name}"\nbackend: "wasm"\nmax_batch_size: 0\n'

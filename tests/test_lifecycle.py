@@ -15,8 +15,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import PLUGINS, ROOT, Server, add_model, identity_config
+from conftest import PLUGINS, ROOT, Server, add_model, add_sub_inputs
 
+DOUBLED = np.arange(16).reshape(1, 16) * 2  # what the add/sub models answer for add_sub() below
 SIMPLE_CONFIG = (ROOT / "model_repository/simple/config.pbtxt").read_text()
 
 
@@ -34,12 +35,7 @@ def make_repo(root, names=("simple", "other")):
 def add_sub(client_module, url, model, version=""):
     """Runs `model` once; returns OUTPUT0 (INPUT0 + INPUT1)."""
     client = client_module.InferenceServerClient(url)
-    a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = []
-    for name in ("INPUT0", "INPUT1"):
-        t = client_module.InferInput(name, [1, 16], "INT32")
-        t.set_data_from_numpy(a)
-        inputs.append(t)
+    inputs = add_sub_inputs(client_module, np.arange(16, dtype=np.int32).reshape(1, 16))
     try:
         return client.infer(model, inputs, model_version=version).as_numpy("OUTPUT0")
     finally:
@@ -85,7 +81,7 @@ def test_none_mode_serves_everything_and_refuses_load_and_unload(repo, tmp_path)
         with pytest.raises(InferenceServerException) as caught:
             client.unload_model("simple")
         assert caught.value.status() == "StatusCode.UNAVAILABLE"
-        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "simple"), np.arange(16).reshape(1, 16) * 2)
+        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "simple"), DOUBLED)
     finally:
         assert server.stop() == 0
 
@@ -106,7 +102,7 @@ def test_explicit_mode_loads_only_what_is_named_then_what_the_api_asks(repo, tmp
         client = httpclient.InferenceServerClient(server.http_url)
         client.load_model("other")
         assert client.is_model_ready("other")
-        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "other"), np.arange(16).reshape(1, 16) * 2)
+        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "other"), DOUBLED)
 
         client.unload_model("other")
         assert index(server)[("other", "1")] == {"name": "other", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}
@@ -129,7 +125,7 @@ def test_explicit_mode_over_grpc_with_the_onnx_model(repo, tmp_path):
         assert {m["name"] for m in client.get_model_repository_index(as_json=True)["models"]} == {"simple", "other", "simple_onnx"}
         client.load_model("simple_onnx")
         assert client.is_model_ready("simple_onnx")
-        np.testing.assert_array_equal(add_sub(grpcclient, server.grpc_url, "simple_onnx"), np.arange(16).reshape(1, 16) * 2)
+        np.testing.assert_array_equal(add_sub(grpcclient, server.grpc_url, "simple_onnx"), DOUBLED)
         ready = client.get_model_repository_index(as_json=True)["models"]
         assert [m for m in ready if m.get("state") == "READY"] == [{"name": "simple_onnx", "version": "1", "state": "READY"}]
         client.unload_model("simple_onnx")
@@ -183,7 +179,7 @@ def test_a_broken_reload_keeps_the_old_version_serving(repo, tmp_path):
             client.load_model("simple")
         entry = index(server)[("simple", "1")]
         assert entry["state"] == "READY" and "config.pbtxt" in entry["reason"]
-        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "simple"), np.arange(16).reshape(1, 16) * 2)
+        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "simple"), DOUBLED)
     finally:
         assert server.stop() == 0
 
@@ -225,7 +221,7 @@ def test_poll_follows_models_and_versions_added_removed_modified_and_broken(repo
         (repo / "added" / "config.pbtxt").write_text("broken {")
         wait_for(lambda: "previous versions keep serving" in index(server)[("added", "1")].get("reason", ""), what="the failed reload")
         assert client.is_model_ready("added", "1")
-        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "added"), np.arange(16).reshape(1, 16) * 2)
+        np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "added"), DOUBLED)
 
         shutil.rmtree(repo / "added")
         wait_for(lambda: ("added", "1") not in index(server), what="the removed model")
@@ -249,7 +245,7 @@ def test_version_policies_and_per_version_routes(tmp_path):
         ready = {k for k in index(server, ready=True)}
         assert ready == {("latest2", "2"), ("latest2", "3"), ("every", "1"), ("every", "2"), ("every", "3"), ("chosen", "1"), ("chosen", "3")}
         for model, version in ready:
-            np.testing.assert_array_equal(add_sub(httpclient, server.http_url, model, version), np.arange(16).reshape(1, 16) * 2)
+            np.testing.assert_array_equal(add_sub(httpclient, server.http_url, model, version), DOUBLED)
         with pytest.raises(InferenceServerException, match="version 2 is not found"):
             add_sub(httpclient, server.http_url, "chosen", "2")
         assert requests.get(server.url("/v2/models/latest2")).json()["versions"] == ["2", "3"]

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, Server, add_model
+from conftest import ROOT, Server, add_model, add_sub_inputs
 
 CONCURRENCY = 16
 RELOADS = 20
@@ -35,11 +35,7 @@ class Load:
         module, url = (httpclient, self.server.http_url) if index % 2 == 0 else (grpcclient, self.server.grpc_url)
         client = module.InferenceServerClient(url)
         data = np.arange(16, dtype=np.int32).reshape(1, 16)
-        inputs = []
-        for name in ("INPUT0", "INPUT1"):
-            t = module.InferInput(name, [1, 16], "INT32")
-            t.set_data_from_numpy(data)
-            inputs.append(t)
+        inputs = add_sub_inputs(module, data)
         while not self.stopping.is_set():
             started = time.monotonic()
             try:
