@@ -15,9 +15,15 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import PLUGINS, ROOT, Server, add_model, add_sub_inputs
+from conftest import PLUGINS, ROOT, Server, add_model, add_sub_inputs, tensor_config
 
 DOUBLED = np.arange(16).reshape(1, 16) * 2  # what the add/sub models answer for add_sub() below
+# A model that exists only in a load request: the identity plugin on FP32 vectors.
+PUSHED_CONFIG = {
+    "name": "pushed", "backend": "wasm", "max_batch_size": 0,
+    "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+    "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
+}
 SIMPLE_CONFIG = (ROOT / "model_repository/simple/config.pbtxt").read_text()
 
 
@@ -130,6 +136,13 @@ def test_explicit_mode_over_grpc_with_the_onnx_model(repo, tmp_path):
         assert [m for m in ready if m.get("state") == "READY"] == [{"name": "simple_onnx", "version": "1", "state": "READY"}]
         client.unload_model("simple_onnx")
         assert not client.is_model_ready("simple_onnx")
+
+        wasm = (PLUGINS / "identity.wasm").read_bytes()
+        client.load_model("pushed", config=json.dumps(PUSHED_CONFIG), files={"file:1/model.wasm": wasm})
+        data = np.array([4.0, 2.0], dtype=np.float32)
+        t = grpcclient.InferInput("INPUT0", [2], "FP32")
+        t.set_data_from_numpy(data)
+        np.testing.assert_array_equal(client.infer("pushed", [t]).as_numpy("OUTPUT0"), data)
     finally:
         assert server.stop() == 0
 
@@ -143,11 +156,7 @@ def test_load_with_a_config_override_and_with_supplied_files(repo, tmp_path):
         client.load_model("simple", config=json.dumps(config))
         assert client.get_model_config("simple")["instance_group"][0]["count"] == 3
 
-        pushed = {
-            "name": "pushed", "backend": "wasm", "max_batch_size": 0,
-            "input": [{"name": "INPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-            "output": [{"name": "OUTPUT0", "data_type": "TYPE_FP32", "dims": [-1]}],
-        }
+        pushed = PUSHED_CONFIG
         wasm = (PLUGINS / "identity.wasm").read_bytes()
         client.load_model("pushed", config=json.dumps(pushed), files={"file:1/model.wasm": wasm})
         data = np.array([1.5, -2.0], dtype=np.float32)
@@ -182,6 +191,28 @@ def test_a_broken_reload_keeps_the_old_version_serving(repo, tmp_path):
         np.testing.assert_array_equal(add_sub(httpclient, server.http_url, "simple"), DOUBLED)
     finally:
         assert server.stop() == 0
+
+
+def test_every_instance_is_finalised_exactly_once_across_reloads_and_unload(tmp_path):
+    repo = tmp_path / "repo"
+    config = 'backend: "wasm"\n' + tensor_config("input", "MODE", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1])
+    add_model(repo, "faulty", config + "instance_group [ { count: 2 } ]\n", plugin="faulty")
+    server = start(repo, tmp_path, "--model-control-mode=explicit", "--load-model=faulty")
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        config = client.get_model_config("faulty")
+        for count in (1, 3):
+            config["instance_group"][0]["count"] = count
+            client.load_model("faulty", config=json.dumps(config))
+        client.unload_model("faulty")
+        created = 2 + 1 + 3
+        wait_for(lambda: server.log().count("faulty plugin finalised") >= created, what="every instance finalised")
+        time.sleep(0.3)
+        assert server.log().count("faulty plugin initialised") == created
+        assert server.log().count("faulty plugin finalised") == created
+    finally:
+        assert server.stop() == 0
+    assert server.log().count("faulty plugin finalised") == created, "an unloaded model must not be finalised again at exit"
 
 
 def test_load_model_star_loads_all_and_cannot_be_combined(repo, tmp_path):

@@ -1,13 +1,19 @@
 //! A plugin that misbehaves on request, for the sandbox tests. Input `MODE` (INT32, one element) picks what
 //! it does: 0 echoes `MODE` back as `OUTPUT`, 1 traps (a Rust panic, which aborts the instance), 2 answers
 //! that request with an error. The server must survive every one of them and keep serving. It also prints
-//! a line when initialised, to show that guest stdout reaches the server log.
+//! a line when initialised and one when finalised, to show that guest stdout reaches the server log and to
+//! let tests count instance lifecycles.
 
 wit_bindgen::generate!({ path: "../../wit", world: "backend" });
+
+use std::sync::OnceLock;
 
 use tessera::backend::types::Tensor;
 
 struct Faulty;
+
+/// This instance's name, as `initialize` was told it.
+static INSTANCE: OnceLock<String> = OnceLock::new();
 
 impl Guest for Faulty {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
@@ -17,6 +23,7 @@ impl Guest for Faulty {
     fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
         let instance = args.iter().find(|(k, _)| k == "model_instance_name").map_or("?", |(_, v)| v.as_str());
         println!("faulty plugin initialised as {instance}");
+        let _ = INSTANCE.set(instance.to_string());
         Ok(())
     }
 
@@ -24,7 +31,9 @@ impl Guest for Faulty {
         requests.into_iter().map(run).collect()
     }
 
-    fn finalize() {}
+    fn finalize() {
+        println!("faulty plugin finalised as {}", INSTANCE.get().map_or("?", String::as_str));
+    }
 }
 
 fn run(request: Request) -> Result<Response, String> {
