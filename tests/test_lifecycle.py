@@ -229,17 +229,30 @@ def test_load_model_star_loads_all_and_cannot_be_combined(repo, tmp_path):
 # --- poll mode ---------------------------------------------------------------------------------------
 
 
-def test_poll_follows_models_and_versions_added_removed_modified_and_broken(repo, tmp_path):
+def add_sub_model(repo, name, kind):
+    """Puts an add/sub model named `name` in `repo`, as a Wasm plugin or an ONNX graph; returns its config."""
+    if kind == "wasm":
+        config = simple_config(name)
+        add_model(repo, name, config, plugin="add_sub")
+    else:
+        onnx = ROOT / "model_repository/simple_onnx"
+        config = (onnx / "config.pbtxt").read_text().replace('"simple_onnx"', f'"{name}"')
+        add_model(repo, name, config, files={"model.onnx": (onnx / "1" / "model.onnx").read_bytes()})
+    return config
+
+
+@pytest.mark.parametrize("kind", ["wasm", "onnx"])
+def test_poll_follows_models_and_versions_added_removed_modified_and_broken(repo, tmp_path, kind):
     server = start(repo, tmp_path, "--model-control-mode=poll", "--repository-poll-secs=1")
     try:
         client = httpclient.InferenceServerClient(server.http_url)
         with pytest.raises(InferenceServerException):
             client.load_model("simple")  # the API is refused in poll mode
 
-        add_model(repo, "added", simple_config("added"), plugin="add_sub")
+        config = add_sub_model(repo, "added", kind)
         wait_for(lambda: client.is_model_ready("added"), what="the added model")
 
-        (repo / "added" / "config.pbtxt").write_text(simple_config("added", 'instance_group [ { count: 2 } ]\n'))
+        (repo / "added" / "config.pbtxt").write_text(config + 'instance_group [ { count: 2 } ]\n')
         wait_for(lambda: client.get_model_config("added")["instance_group"][0]["count"] == 2, what="the modified config")
 
         shutil.copytree(repo / "added" / "1", repo / "added" / "2")
