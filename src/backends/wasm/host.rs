@@ -3,6 +3,7 @@
 //! tagged with the model, so a plugin's `println!` lands where operators look.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use wasmtime::component::ResourceTable;
@@ -11,12 +12,17 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::tessera::backend::{host, types};
+use super::limits::MemoryCap;
 
 pub struct StoreState {
     pub wasi: WasiCtx,
     pub table: ResourceTable,
     /// "model:version", for log lines.
     pub label: Arc<str>,
+    /// The instance's memory limit.
+    pub memory: MemoryCap,
+    /// When the `execute` call under way must stop (see `limits`); `None` outside calls.
+    pub deadline: Option<Instant>,
 }
 
 impl WasiView for StoreState {

@@ -14,6 +14,7 @@
 mod cache;
 mod convert;
 mod host;
+mod limits;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -27,6 +28,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use self::bindings::{Backend as Bindings, BackendPre};
 use self::cache::{ComponentCache, Origin};
 use self::host::{GuestOutput, StoreState};
+use self::limits::{Limits, MemoryCap};
 use super::{Backend, Instance, LoadContext};
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
@@ -68,6 +70,7 @@ impl WasmRuntime {
         let path = ctx.version_dir.join(file);
         let wasm = std::fs::read(&path).map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
         let label: Arc<str> = format!("{}:{}", ctx.model, ctx.version).into();
+        let limits = Limits::from_config(ctx.config)?;
         let started = Instant::now();
         let (component, origin) =
             self.cache.load(&self.engine, &wasm).map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
@@ -84,6 +87,7 @@ impl WasmRuntime {
         Ok(WasmModel(Arc::new(Plugin {
             pre,
             label,
+            limits,
             version_dir: ctx.version_dir.to_path_buf(),
             base_args: vec![
                 ("model_name".into(), ctx.model.to_string()),
@@ -104,6 +108,7 @@ pub struct WasmModel(Arc<Plugin>);
 struct Plugin {
     pre: BackendPre<StoreState>,
     label: Arc<str>,
+    limits: Limits,
     version_dir: PathBuf,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     base_args: Vec<(String, String)>,
@@ -113,8 +118,15 @@ impl Plugin {
     /// A fresh store and instance, initialised: used at load and after every trap.
     async fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = Store::new(self.pre.engine(), self.new_state()?);
+        store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);
-        store.epoch_deadline_callback(|_| Ok(UpdateDeadline::Yield(1)));
+        let timeout = self.limits.describe_timeout();
+        store.epoch_deadline_callback(move |state| match state.data().deadline {
+            Some(deadline) if Instant::now() >= deadline => {
+                wasmtime::bail!("the plugin ran past its execute timeout of {timeout}")
+            }
+            _ => Ok(UpdateDeadline::Yield(1)),
+        });
         let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
         bindings
             .call_initialize(&mut store, args)
@@ -128,9 +140,20 @@ impl Plugin {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
             .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
+            // No sockets and no name lookups (wasmtime also refuses every address by default), no
+            // environment variables, no arguments: only the version directory, read-only.
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
             .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
             .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
-        Ok(StoreState { wasi: wasi.build(), table: ResourceTable::new(), label: self.label.clone() })
+        Ok(StoreState {
+            wasi: wasi.build(),
+            table: ResourceTable::new(),
+            label: self.label.clone(),
+            memory: MemoryCap { limits: self.limits },
+            deadline: None,
+        })
     }
 }
 
@@ -168,12 +191,16 @@ impl WasmInstance {
 impl Instance for WasmInstance {
     async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
         let label = self.model.label.clone();
+        let limits = self.model.limits;
         let (store, bindings) = match self.live().await {
             Ok(live) => live,
             Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
         };
         let wit_requests: Vec<_> = requests.iter().map(convert::request_to_wit).collect();
-        match bindings.call_execute(&mut *store, &wit_requests).await {
+        store.data_mut().deadline = limits::deadline(&limits);
+        let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
+        store.data_mut().deadline = None;
+        match outcome {
             Ok(results) if results.len() == requests.len() => results
                 .into_iter()
                 .map(|r| match r {

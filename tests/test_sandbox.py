@@ -1,0 +1,134 @@
+"""Hostile plugins: the `faulty` plugin loops forever, allocates past its memory cap, reads /etc/passwd,
+writes into its model directory and opens a socket, on request. Each time that request fails with an error
+naming the cause, the same model answers the next request, a neighbouring model never notices, and nothing
+outside the sandbox is read or written."""
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from conftest import ROOT, Server, add_model, add_sub_inputs, tensor_config
+
+LIMITS = (
+    'parameters { key: "wasm_memory_limit_mb" value: { string_value: "64" } }\n'
+    'parameters { key: "wasm_execute_timeout_ms" value: { string_value: "300" } }\n'
+)
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("sandbox")
+    repo = tmp / "repo"
+    config = 'backend: "wasm"\n' + tensor_config("input", "MODE", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1])
+    add_model(repo, "hostile", config + LIMITS, plugin="faulty")
+    add_model(repo, "bad_limits", config + 'parameters { key: "wasm_memory_limit_mb" value: { string_value: "lots" } }\n', plugin="faulty")
+    add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    server = Server([repo], tmp, "--exit-on-error=false", "--strict-readiness=false").wait_live()
+    yield server, repo
+    assert server.stop() == 0
+
+
+def call(server, mode, protocol="http"):
+    module, url = (httpclient, server.http_url) if protocol == "http" else (grpcclient, server.grpc_url)
+    client = module.InferenceServerClient(url)
+    tensor = module.InferInput("MODE", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([mode], dtype=np.int32))
+    try:
+        return client.infer("hostile", [tensor]).as_numpy("OUTPUT")
+    finally:
+        client.close()
+
+
+class Neighbour(threading.Thread):
+    """Calls `simple` in a loop while a hostile request runs; every call must succeed."""
+
+    def __init__(self, server):
+        super().__init__()
+        self.server, self.stop, self.calls, self.failures = server, threading.Event(), 0, []
+
+    def run(self):
+        client = httpclient.InferenceServerClient(self.server.http_url)
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = add_sub_inputs(httpclient, data)
+        while not self.stop.is_set():
+            try:
+                out = client.infer("simple", inputs).as_numpy("OUTPUT0")
+                if not np.array_equal(out, data * 2):
+                    self.failures.append(f"wrong answer {out}")
+            except InferenceServerException as e:
+                self.failures.append(e.message())
+            self.calls += 1
+        client.close()
+
+
+def survives(server, mode, *cause, protocol="http"):
+    """Runs a hostile request beside a neighbour's traffic; checks the error, the neighbour, and the next call."""
+    neighbour = Neighbour(server)
+    neighbour.start()
+    try:
+        with pytest.raises(InferenceServerException) as caught:
+            call(server, mode, protocol)
+    finally:
+        time.sleep(0.05)
+        neighbour.stop.set()
+        neighbour.join(timeout=30)
+    for fragment in cause:
+        assert fragment in caught.value.message(), caught.value.message()
+    assert neighbour.failures == [] and neighbour.calls > 0
+    np.testing.assert_array_equal(call(server, 0, protocol), [0])  # the same model serves the next request
+    return caught.value.message()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_plugin_that_loops_forever_is_stopped_at_its_deadline(sandbox, protocol):
+    server, _ = sandbox
+    started = time.monotonic()
+    survives(server, 3, "execute timeout of 300 ms (wasm_execute_timeout_ms)", protocol=protocol)
+    assert time.monotonic() - started < 5
+
+
+def test_a_plugin_that_allocates_past_its_cap_is_stopped(sandbox):
+    server, _ = sandbox
+    survives(server, 4, "memory limit of 64 MiB (wasm_memory_limit_mb)")
+
+
+def test_a_plugin_cannot_read_outside_its_model_directory(sandbox):
+    server, _ = sandbox
+    survives(server, 5, "reading /etc/passwd failed")
+    assert "faulty plugin obtained" not in server.log()
+
+
+def test_a_plugin_cannot_write_into_its_model_directory(sandbox):
+    server, repo = sandbox
+    survives(server, 6, "writing into /model failed")
+    assert not list(repo.rglob("escaped.txt"))
+
+
+def test_a_plugin_cannot_open_a_socket(sandbox):
+    server, _ = sandbox
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    try:
+        survives(server, port, f"connecting to 127.0.0.1:{port} failed")
+        with pytest.raises(socket.timeout):
+            listener.accept()  # nobody came
+    finally:
+        listener.close()
+
+
+def test_a_bad_limit_setting_fails_that_model_with_its_name(sandbox):
+    server, _ = sandbox
+    index = {e["name"]: e for e in requests.post(server.url("/v2/repository/index")).json()}
+    assert index["bad_limits"]["state"] == "UNAVAILABLE"
+    assert "parameter 'wasm_memory_limit_mb' must be a whole number, got 'lots'" in index["bad_limits"]["reason"]
+    assert index["hostile"]["state"] == "READY"
