@@ -2,6 +2,12 @@
 
 use clap::Parser;
 
+/// mimalloc instead of glibc's malloc: every request allocates (headers, tensors, responses) and frees on
+/// another thread as often as not. Measured with bench/ab.py (4 paired trials, simple): HTTP c=4 1.21x and
+/// gRPC c=4 1.14x the throughput of glibc malloc, c=1 unchanged.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> std::process::ExitCode {
     let options = tessera::cli::Options::parse();
     tessera::server::init_logging(options.log_verbose);
