@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, Runtimes};
+use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::error::Result;
 use crate::error::Error;
@@ -114,8 +114,7 @@ impl ServerContext {
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
-        let model = self.repository.lease(&request.model, &request.version)?;
-        model.infer(request).await
+        self.repository.infer(request).await
     }
 }
 
@@ -137,9 +136,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
     let load_metrics = metrics.clone();
+    let peers = Peers::default();
+    let plugin_peers = peers.clone();
     let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
         let runtimes = Runtimes {
-            wasm: WasmRuntime::new(cache_dir).context("cannot create the WebAssembly engine")?,
+            wasm: WasmRuntime::new(cache_dir, plugin_peers).context("cannot create the WebAssembly engine")?,
             onnx: OnnxRuntime::new(onnx_library),
             complete_configs: !auto_complete_disabled,
         };
@@ -147,6 +148,8 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     })
     .await??;
     let repository = Arc::new(ModelRepository::default());
+    let caller: Arc<dyn ModelCaller> = repository.clone();
+    let _ = peers.set(Arc::downgrade(&caller));
     let control = Arc::new(ModelControl::new(
         options.model_control_mode,
         options.model_repositories.clone(),

@@ -10,12 +10,12 @@ pub mod onnx;
 pub mod wasm;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock, Weak};
 
 use async_trait::async_trait;
 
 use crate::error::Result;
-use crate::inference::InferenceRequest;
+use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::model_config::ModelConfig;
 use crate::tensor::Tensor;
 
@@ -34,6 +34,18 @@ pub trait Instance: Send {
     /// Called once before the instance is dropped.
     async fn finalize(&mut self) {}
 }
+
+/// How model code reaches the server's other models (Triton's BLS, business logic scripting): a request
+/// through the same checks and scheduler (batching included) as one from a client.
+#[async_trait]
+pub trait ModelCaller: Send + Sync {
+    async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse>;
+    fn is_ready(&self, model: &str, version: &str) -> bool;
+}
+
+/// The server's `ModelCaller`, set once the model table exists (backends are created before it). Weak, so
+/// that the table, which owns the backends, is not kept alive by them.
+pub type Peers = Arc<OnceLock<Weak<dyn ModelCaller>>>;
 
 /// What a backend needs to load one model version.
 pub struct LoadContext<'a> {

@@ -21,7 +21,9 @@ pub use model::{Lease, ModelVersion};
 pub use overrides::LoadOverrides;
 pub use record::{ModelRecord, VersionState};
 
+use crate::backends::ModelCaller;
 use crate::error::{Error, Result};
+use crate::inference::{InferenceRequest, InferenceResponse};
 
 #[derive(Default)]
 pub struct ModelRepository {
@@ -75,6 +77,12 @@ impl ModelRepository {
         }
     }
 
+    /// Runs one request on the version it names (the newest ready one by default), holding a lease on it.
+    pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        let model = self.lease(&request.model, &request.version)?;
+        model.infer(request).await
+    }
+
     /// Puts `record` in the table; returns the record it replaced.
     pub fn put(&self, record: ModelRecord) -> Option<Arc<ModelRecord>> {
         self.write().insert(record.name.clone(), Arc::new(record))
@@ -104,6 +112,18 @@ impl ModelRepository {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, BTreeMap<String, Arc<ModelRecord>>> {
         self.table.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// Plugins call other models through the table, exactly as clients do.
+#[async_trait::async_trait]
+impl ModelCaller for ModelRepository {
+    async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        ModelRepository::infer(self, request).await
+    }
+
+    fn is_ready(&self, model: &str, version: &str) -> bool {
+        self.version(model, version).is_ok()
     }
 }
 

@@ -25,7 +25,19 @@ pub fn tensor_from_wit(tensor: wit::Tensor) -> Tensor {
     }
 }
 
-fn tensor_to_wit(tensor: &Tensor) -> wit::Tensor {
+/// A plugin's BLS request to `model` (`version` empty: the newest ready one).
+pub fn request_from_wit(model: String, version: String, request: wit::Request) -> InferenceRequest {
+    InferenceRequest {
+        model,
+        version,
+        id: request.id,
+        inputs: request.inputs.into_iter().map(tensor_from_wit).collect(),
+        requested_outputs: request.requested_outputs,
+        parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
+    }
+}
+
+pub fn tensor_to_wit(tensor: &Tensor) -> wit::Tensor {
     wit::Tensor {
         name: tensor.name.clone(),
         datatype: datatype_to_wit(tensor.datatype),
@@ -40,6 +52,15 @@ fn parameter_to_wit(value: &Parameter) -> wit::ParameterValue {
         Parameter::Int(i) => wit::ParameterValue::Int(*i),
         Parameter::Double(d) => wit::ParameterValue::Double(*d),
         Parameter::String(s) => wit::ParameterValue::String(s.clone()),
+    }
+}
+
+fn parameter_from_wit(value: wit::ParameterValue) -> Parameter {
+    match value {
+        wit::ParameterValue::Boolean(b) => Parameter::Bool(b),
+        wit::ParameterValue::Int(i) => Parameter::Int(i),
+        wit::ParameterValue::Double(d) => Parameter::Double(d),
+        wit::ParameterValue::String(s) => Parameter::String(s),
     }
 }
 

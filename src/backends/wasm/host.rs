@@ -1,8 +1,8 @@
 //! What a plugin instance's store holds and what the host gives it: the WASI context (sandbox), the
-//! `tessera:backend/host` imports, and stdout/stderr streams that turn guest output into server log lines
+//! `tessera:backend/host` imports (log, and BLS calls to other models), and stdout/stderr streams that turn guest output into server log lines
 //! tagged with the model, so a plugin's `println!` lands where operators look.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::Instant;
 
 use bytes::Bytes;
@@ -12,7 +12,9 @@ use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::bindings::tessera::backend::{host, types};
+use super::convert;
 use super::limits::MemoryCap;
+use crate::backends::{ModelCaller, Peers};
 
 pub struct StoreState {
     pub wasi: WasiCtx,
@@ -23,6 +25,8 @@ pub struct StoreState {
     pub memory: MemoryCap,
     /// When the `execute` call under way must stop (see `limits`); `None` outside calls.
     pub deadline: Option<Instant>,
+    /// The server's other models, for BLS calls.
+    pub peers: Peers,
 }
 
 impl WasiView for StoreState {
@@ -34,7 +38,7 @@ impl WasiView for StoreState {
 impl types::Host for StoreState {}
 
 impl host::Host for StoreState {
-    fn log(&mut self, level: types::LogLevel, message: String) {
+    async fn log(&mut self, level: types::LogLevel, message: String) {
         let model = &*self.label;
         match level {
             types::LogLevel::Error => tracing::error!(target: "plugin", model, "{message}"),
@@ -42,6 +46,34 @@ impl host::Host for StoreState {
             types::LogLevel::Info => tracing::info!(target: "plugin", model, "{message}"),
             types::LogLevel::Verbose => tracing::debug!(target: "plugin", model, "{message}"),
         }
+    }
+
+    /// A BLS call: the request goes through the callee's checks and scheduler like a client's, and any
+    /// failure comes back to the plugin as an error it can handle.
+    async fn infer(&mut self, model: String, version: String, request: types::Request) -> Result<types::Response, String> {
+        let caller = self.caller().ok_or("the server is not accepting calls between models yet")?;
+        let call = caller.infer(convert::request_from_wit(model.clone(), version, request));
+        // The plugin's own deadline cannot fire while the host awaits (no guest code runs to see the epoch),
+        // so the wait is bounded here; otherwise a model calling itself would wait for itself forever.
+        let answer = match self.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline.into(), call)
+                .await
+                .map_err(|_| format!("'{model}' did not answer before this plugin's execute timeout"))?,
+            None => call.await,
+        };
+        answer
+            .map(|response| types::Response { outputs: response.outputs.iter().map(convert::tensor_to_wit).collect() })
+            .map_err(|e| e.to_string())
+    }
+
+    async fn model_ready(&mut self, model: String, version: String) -> bool {
+        self.caller().is_some_and(|caller| caller.is_ready(&model, &version))
+    }
+}
+
+impl StoreState {
+    fn caller(&self) -> Option<Arc<dyn ModelCaller>> {
+        self.peers.get().and_then(Weak::upgrade)
     }
 }
 

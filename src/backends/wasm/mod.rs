@@ -29,13 +29,13 @@ use self::bindings::{Backend as Bindings, BackendPre};
 use self::cache::{ComponentCache, Origin};
 use self::host::{GuestOutput, StoreState};
 use self::limits::{Limits, MemoryCap};
-use super::{Backend, Instance, LoadContext};
+use super::{Backend, Instance, LoadContext, Peers};
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
 use crate::tensor::Tensor;
 
 mod bindings {
-    wasmtime::component::bindgen!({ path: "wit", world: "backend", exports: { default: async } });
+    wasmtime::component::bindgen!({ path: "wit", world: "backend", imports: { default: async }, exports: { default: async } });
 }
 
 /// How often the engine's epoch advances; a running plugin yields to the executor at every tick.
@@ -48,17 +48,20 @@ pub struct WasmRuntime {
     engine: Engine,
     linker: Linker<StoreState>,
     cache: ComponentCache,
+    /// The other models, for plugins' BLS calls.
+    peers: Peers,
 }
 
 impl WasmRuntime {
-    /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile).
-    pub fn new(cache_dir: Option<PathBuf>) -> anyhow::Result<Self> {
+    /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile). `peers`:
+    /// how plugins reach other models.
+    pub fn new(cache_dir: Option<PathBuf>, peers: Peers) -> anyhow::Result<Self> {
         let engine = Engine::new(Config::new().epoch_interruption(true))?;
         start_epoch_ticker(&engine)?;
         let mut linker = Linker::new(&engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
-        Ok(WasmRuntime { engine, linker, cache: ComponentCache::new(cache_dir) })
+        Ok(WasmRuntime { engine, linker, cache: ComponentCache::new(cache_dir), peers })
     }
 
     /// Compiles (or loads from cache) and links the model's component, then checks it exports the world.
@@ -88,6 +91,7 @@ impl WasmRuntime {
             pre,
             label,
             limits,
+            peers: self.peers.clone(),
             version_dir: ctx.version_dir.to_path_buf(),
             base_args: vec![
                 ("model_name".into(), ctx.model.to_string()),
@@ -109,6 +113,7 @@ struct Plugin {
     pre: BackendPre<StoreState>,
     label: Arc<str>,
     limits: Limits,
+    peers: Peers,
     version_dir: PathBuf,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     base_args: Vec<(String, String)>,
@@ -153,6 +158,7 @@ impl Plugin {
             label: self.label.clone(),
             memory: MemoryCap { limits: self.limits },
             deadline: None,
+            peers: self.peers.clone(),
         })
     }
 }
