@@ -70,7 +70,9 @@ impl Runtimes {
 
     /// Fills in what a config leaves out from the model itself, as Triton's backends do: the platform
     /// from the model file when the config names none, then (ONNX) inputs, outputs and batching from the
-    /// graph of the `newest` version directory. A config that names everything is left alone.
+    /// graph of the `newest` version directory, or (Wasm) whatever the plugin's `auto-complete-config`
+    /// answers, as Triton's python backend asks every model. An ONNX config that names everything is left
+    /// alone.
     pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> std::result::Result<(), String> {
         if config.platform.is_empty() && config.backend.is_empty() {
             if let Some(dir) = newest {
@@ -82,8 +84,9 @@ impl Runtimes {
             }
         }
         let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
-        match (is_onnx, newest) {
-            (true, Some(dir)) => self.onnx.auto_complete(config, dir),
+        match (is_onnx, config.backend == "wasm", newest) {
+            (true, _, Some(dir)) => self.onnx.auto_complete(config, dir),
+            (_, true, Some(dir)) => self.wasm.auto_complete(config, dir),
             _ => Ok(()),
         }
     }

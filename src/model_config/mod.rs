@@ -48,6 +48,9 @@ pub fn load(
         }
     };
     if let Some(complete) = complete {
+        if config.name.is_empty() {
+            config.name = model_name.to_string(); // the completer sees the config as Triton passes it, named
+        }
         complete(&mut config).map_err(|e| format!("{origin}: auto-completing the config: {e}"))?;
     }
     validate(&config, model_name, &text, &origin)?;

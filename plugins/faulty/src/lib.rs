@@ -3,7 +3,8 @@
 //! that request with an error, 3 loops forever, 4 allocates memory without end, 5 reads `/etc/passwd`, 6
 //! writes a file into its model directory (`/model`), and a value of 1024 or more opens a TCP connection to
 //! that port on 127.0.0.1. Where the sandbox stops an attempt, the request fails with the error the plugin
-//! got; where it did not, the plugin answers (which the tests treat as a sandbox failure). The server must survive every one of them and keep serving. It also prints
+//! got; where it did not, the plugin answers (which the tests treat as a sandbox failure). Its
+//! `auto-complete-config` fails when the config mentions `refuse_auto_complete`. The server must survive every one of them and keep serving. It also prints
 //! a line when initialised and one when finalised, to show that guest stdout reaches the server log and to
 //! let tests count instance lifecycles.
 
@@ -20,6 +21,9 @@ static INSTANCE: OnceLock<String> = OnceLock::new();
 
 impl Guest for Faulty {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
+        if config_json.contains("refuse_auto_complete") {
+            return Err("faulty plugin refuses to complete this config".into());
+        }
         Ok(config_json)
     }
 

@@ -2,6 +2,9 @@
 //! priorities, preserve_ordering). Input `MS` (INT32, one value per batch row) asks for a pause in
 //! milliseconds; one `execute` call pauses for the largest value in its batch, then echoes `MS` back as
 //! `OUT`. The pause goes through WASI's monotonic clock, so the host's thread is free while it lasts.
+//!
+//! It also completes its own configuration: a config that declares no inputs or outputs gets `MS` and `OUT`
+//! (INT32, one value per row), as a Triton python model's `auto_complete_config` would.
 
 wit_bindgen::generate!({ path: "../../wit", world: "backend" });
 
@@ -13,7 +16,14 @@ struct Sleep;
 
 impl Guest for Sleep {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
-        Ok(config_json)
+        let mut config: serde_json::Value = serde_json::from_str(&config_json).map_err(|e| e.to_string())?;
+        let tensor = |name: &str| serde_json::json!([{ "name": name, "data_type": "TYPE_INT32", "dims": [1] }]);
+        for (field, name) in [("input", "MS"), ("output", "OUT")] {
+            if config[field].as_array().is_none_or(|declared| declared.is_empty()) {
+                config[field] = tensor(name);
+            }
+        }
+        Ok(config.to_string())
     }
 
     fn initialize(_args: Vec<(String, String)>) -> Result<(), String> {

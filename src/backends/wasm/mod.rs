@@ -16,7 +16,7 @@ mod convert;
 mod host;
 mod limits;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,7 @@ use self::limits::{Limits, MemoryCap};
 use super::{Backend, Instance, LoadContext, Peers};
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
+use crate::model_config::{self, ModelConfig};
 use crate::tensor::Tensor;
 
 mod bindings {
@@ -66,14 +67,42 @@ impl WasmRuntime {
 
     /// Compiles (or loads from cache) and links the model's component, then checks it exports the world.
     pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<WasmModel, String> {
-        let file = match ctx.config.default_model_filename.as_str() {
-            "" => "model.wasm",
-            name => name,
-        };
-        let path = ctx.version_dir.join(file);
+        let label = format!("{}:{}", ctx.model, ctx.version);
+        let mut plugin = self.link(&label, ctx.version_dir, ctx.config)?;
+        plugin.base_args = vec![
+            ("model_name".into(), ctx.model.to_string()),
+            ("model_version".into(), ctx.version.to_string()),
+            ("model_repository".into(), ctx.repository.display().to_string()),
+            ("model_config".into(), ctx.config_json.to_string()),
+            ("model_instance_kind".into(), "CPU".into()),
+            ("model_instance_device_id".into(), "0".into()),
+        ];
+        Ok(WasmModel(Arc::new(plugin)))
+    }
+
+    /// Lets the plugin in `version_dir` complete its own configuration, as Triton's python backend calls
+    /// `TritonPythonModel.auto_complete_config`: `auto-complete-config` runs on a fresh instance that is
+    /// never initialised, with the config as Triton-style JSON, and its answer replaces the config. Blocks:
+    /// call it from a blocking thread of the runtime.
+    /// Without a plugin file there is nothing to ask; the load then fails saying the file is missing.
+    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path) -> std::result::Result<(), String> {
+        if !version_dir.join(plugin_file(config)).is_file() {
+            return Ok(());
+        }
+        let label = format!("{}:auto-complete", config.name);
+        let plugin = self.link(&label, version_dir, config)?;
+        let json = model_config::to_json(config).to_string();
+        let answer = tokio::runtime::Handle::current().block_on(plugin.auto_complete(&json))?;
+        *config = model_config::parse_json(&answer, "the plugin's auto-complete-config answer")?;
+        Ok(())
+    }
+
+    /// The linked component of the plugin in `version_dir`, with the limits its config sets.
+    fn link(&self, label: &str, version_dir: &Path, config: &ModelConfig) -> std::result::Result<Plugin, String> {
+        let path = version_dir.join(plugin_file(config));
         let wasm = std::fs::read(&path).map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
-        let label: Arc<str> = format!("{}:{}", ctx.model, ctx.version).into();
-        let limits = Limits::from_config(ctx.config)?;
+        let label: Arc<str> = label.into();
+        let limits = Limits::from_config(config)?;
         let started = Instant::now();
         let (component, origin) =
             self.cache.load(&self.engine, &wasm).map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
@@ -87,21 +116,22 @@ impl WasmRuntime {
             .map_err(|e| format!("{} cannot be linked: {e:#}", path.display()))?;
         let pre = BackendPre::new(pre)
             .map_err(|e| format!("{} does not implement tessera:backend/backend: {e:#}", path.display()))?;
-        Ok(WasmModel(Arc::new(Plugin {
+        Ok(Plugin {
             pre,
             label,
             limits,
             peers: self.peers.clone(),
-            version_dir: ctx.version_dir.to_path_buf(),
-            base_args: vec![
-                ("model_name".into(), ctx.model.to_string()),
-                ("model_version".into(), ctx.version.to_string()),
-                ("model_repository".into(), ctx.repository.display().to_string()),
-                ("model_config".into(), ctx.config_json.to_string()),
-                ("model_instance_kind".into(), "CPU".into()),
-                ("model_instance_device_id".into(), "0".into()),
-            ],
-        })))
+            version_dir: version_dir.to_path_buf(),
+            base_args: Vec::new(),
+        })
+    }
+}
+
+/// The plugin's file name in a version directory: `default_model_filename`, else `model.wasm`.
+fn plugin_file(config: &ModelConfig) -> &str {
+    match config.default_model_filename.as_str() {
+        "" => "model.wasm",
+        name => name,
     }
 }
 
@@ -122,6 +152,30 @@ struct Plugin {
 impl Plugin {
     /// A fresh store and instance, initialised: used at load and after every trap.
     async fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+        let mut store = self.new_store()?;
+        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        bindings
+            .call_initialize(&mut store, args)
+            .await
+            .map_err(|e| format!("initialize trapped: {e:#}"))?
+            .map_err(|e| format!("initialize failed: {e}"))?;
+        Ok((store, bindings))
+    }
+
+    /// Runs `auto-complete-config` on a fresh, uninitialised instance, within the execute timeout.
+    async fn auto_complete(&self, config_json: &str) -> std::result::Result<String, String> {
+        let mut store = self.new_store()?;
+        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        store.data_mut().deadline = limits::deadline(&self.limits);
+        bindings
+            .call_auto_complete_config(&mut store, config_json)
+            .await
+            .map_err(|e| format!("auto-complete-config trapped: {}", trap_summary(&e)))?
+            .map_err(|e| format!("auto-complete-config failed: {e}"))
+    }
+
+    /// A store with the plugin's sandbox and limits.
+    fn new_store(&self) -> std::result::Result<Store<StoreState>, String> {
         let mut store = Store::new(self.pre.engine(), self.new_state()?);
         store.limiter(|state| &mut state.memory);
         store.set_epoch_deadline(1);
@@ -132,13 +186,7 @@ impl Plugin {
             }
             _ => Ok(UpdateDeadline::Yield(1)),
         });
-        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
-        bindings
-            .call_initialize(&mut store, args)
-            .await
-            .map_err(|e| format!("initialize trapped: {e:#}"))?
-            .map_err(|e| format!("initialize failed: {e}"))?;
-        Ok((store, bindings))
+        Ok(store)
     }
 
     fn new_state(&self) -> std::result::Result<StoreState, String> {
