@@ -5,9 +5,9 @@ with the same model name, strict readiness. The under-load tests are in test_rel
 
 import json
 import shutil
+import threading
 import time
 
-import grpc
 import numpy as np
 import pytest
 import requests
@@ -213,6 +213,28 @@ def test_every_instance_is_finalised_exactly_once_across_reloads_and_unload(tmp_
     finally:
         assert server.stop() == 0
     assert server.log().count("faulty plugin finalised") == created, "an unloaded model must not be finalised again at exit"
+
+
+def test_a_slow_load_does_not_hold_up_the_others_and_shows_as_loading(tmp_path):
+    repo = tmp_path / "repo"
+    slow = 'backend: "wasm"\nparameters { key: "initialize_ms" value: { string_value: "3000" } }\n'
+    add_model(repo, "slow", slow, plugin="sleep")
+    add_model(repo, "fast", 'backend: "wasm"\n', plugin="sleep")
+    server = start(repo, tmp_path, "--model-control-mode=explicit")
+    try:
+        client = httpclient.InferenceServerClient(server.http_url, network_timeout=30)
+        slow_load = threading.Thread(target=lambda: httpclient.InferenceServerClient(server.http_url, network_timeout=30).load_model("slow"))
+        slow_load.start()
+        wait_for(lambda: index(server).get(("slow", ""), {}).get("state") == "LOADING", what="slow to show as loading")
+        started = time.monotonic()
+        client.load_model("fast")
+        assert time.monotonic() - started < 2, "the fast model waited for the slow one"
+        assert client.is_model_ready("fast") and not client.is_model_ready("slow")
+        slow_load.join(timeout=30)
+        assert client.is_model_ready("slow")
+    finally:
+        assert server.stop() == 0
+    assert 'model loaded model="fast"' in server.log() and 'model loaded model="slow"' in server.log()
 
 
 def test_load_model_star_loads_all_and_cannot_be_combined(repo, tmp_path):

@@ -4,7 +4,8 @@
 //! `OUT`. The pause goes through WASI's monotonic clock, so the host's thread is free while it lasts.
 //!
 //! It also completes its own configuration: a config that declares no inputs or outputs gets `MS` and `OUT`
-//! (INT32, one value per row), as a Triton python model's `auto_complete_config` would.
+//! (INT32, one value per row), as a Triton python model's `auto_complete_config` would. With the config
+//! parameter `initialize_ms` it takes that long to initialise, to test loads that take time.
 
 wit_bindgen::generate!({ path: "../../wit", world: "backend" });
 
@@ -26,7 +27,12 @@ impl Guest for Sleep {
         Ok(config.to_string())
     }
 
-    fn initialize(_args: Vec<(String, String)>) -> Result<(), String> {
+    /// Pauses for the config parameter `initialize_ms`, if set: a slow-loading model for the tests.
+    fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
+        let config = args.iter().find(|(key, _)| key == "model_config").map_or("{}", |(_, v)| v.as_str());
+        let config: serde_json::Value = serde_json::from_str(config).map_err(|e| e.to_string())?;
+        let pause = config["parameters"]["initialize_ms"]["string_value"].as_str().and_then(|v| v.parse().ok());
+        std::thread::sleep(Duration::from_millis(pause.unwrap_or(0)));
         Ok(())
     }
 
