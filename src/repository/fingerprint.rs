@@ -10,6 +10,8 @@ use std::path::Path;
 
 use sha2::{Digest, Sha256};
 
+use super::versions;
+
 type Hash = [u8; 32];
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -24,14 +26,10 @@ impl Fingerprint {
     /// Fingerprints the model in `model_dir`, whose config file is `config_file`.
     pub fn of(model_dir: &Path, config_file: &Path) -> Self {
         let config = std::fs::read(config_file).ok().map(|bytes| Sha256::digest(bytes).into());
-        let versions = std::fs::read_dir(model_dir)
+        let versions = versions::numeric_subdirectories(model_dir)
+            .unwrap_or_default()
             .into_iter()
-            .flatten()
-            .filter_map(|entry| entry.ok())
-            .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
-            .filter_map(|entry| Some((entry.file_name().to_str()?.parse::<i64>().ok()?, entry.path())))
-            .filter(|(version, _)| *version >= 0)
-            .map(|(version, dir)| (version, hash_tree(&dir)))
+            .map(|version| (version, hash_tree(&model_dir.join(version.to_string()))))
             .collect();
         Fingerprint { config, versions }
     }

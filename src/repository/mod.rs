@@ -17,7 +17,8 @@ use std::sync::{Arc, RwLock};
 
 pub use control::{IndexEntry, ModelControl};
 pub use loader::Loader;
-pub use model::{Lease, ModelVersion};
+pub use model::ModelVersion;
+use model::Lease;
 pub use overrides::LoadOverrides;
 pub use record::{ModelRecord, VersionState};
 
@@ -47,7 +48,7 @@ impl ModelRepository {
 
     /// Like `version`, holding the version for an inference: it is not retired until the lease is dropped.
     /// The lease is taken under the table's lock, so a version swapped out after this returns still waits.
-    pub fn lease(&self, name: &str, version: &str) -> Result<Lease> {
+    fn lease(&self, name: &str, version: &str) -> Result<Lease> {
         self.with_version(name, version, Lease::new)
     }
 

@@ -36,7 +36,8 @@ pub fn newest(model_dir: &Path) -> Option<i64> {
     numeric_subdirectories(model_dir).ok()?.into_iter().max()
 }
 
-fn numeric_subdirectories(model_dir: &Path) -> Result<Vec<i64>, String> {
+/// The versions present: subdirectories named by a non-negative number, in no particular order.
+pub(super) fn numeric_subdirectories(model_dir: &Path) -> Result<Vec<i64>, String> {
     let entries = std::fs::read_dir(model_dir).map_err(|e| format!("cannot read {}: {e}", model_dir.display()))?;
     Ok(entries
         .filter_map(|entry| entry.ok())
