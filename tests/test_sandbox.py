@@ -1,5 +1,6 @@
-"""Hostile plugins: the `faulty` plugin loops forever, allocates past its memory cap, reads /etc/passwd,
-writes into its model directory and opens a socket, on request. Each time that request fails with an error
+"""Hostile plugins: the `faulty` plugin loops forever, allocates past its memory cap (in its own memory or
+in tensors the host holds for it), burns through its fuel budget, reads /etc/passwd, writes into its model
+directory and opens a socket, on request. Each time that request fails with an error
 naming the cause, the same model answers the next request, a neighbouring model never notices, and nothing
 outside the sandbox is read or written."""
 
@@ -14,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, Server, add_model, add_sub_inputs, tensor_config
+from conftest import ROOT, Server, add_model, add_sub_inputs, identity_config, tensor_config
 
 LIMITS = (
     'parameters { key: "wasm_memory_limit_mb" value: { string_value: "64" } }\n'
@@ -28,6 +29,8 @@ def sandbox(tmp_path_factory):
     repo = tmp / "repo"
     config = 'backend: "wasm"\n' + tensor_config("input", "MODE", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1])
     add_model(repo, "hostile", config + LIMITS, plugin="faulty")
+    add_model(repo, "metered", config + 'parameters { key: "wasm_fuel" value: { string_value: "1000000" } }\n', plugin="faulty")
+    add_model(repo, "router", identity_config("router", "TYPE_FP32") + 'parameters { key: "wasm_memory_limit_mb" value: { string_value: "16" } }\n', plugin="identity")
     add_model(repo, "bad_limits", config + 'parameters { key: "wasm_memory_limit_mb" value: { string_value: "lots" } }\n', plugin="faulty")
     add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
     server = Server([repo], tmp, "--exit-on-error=false", "--strict-readiness=false").wait_live()
@@ -35,13 +38,13 @@ def sandbox(tmp_path_factory):
     assert server.stop() == 0
 
 
-def call(server, mode, protocol="http"):
+def call(server, mode, protocol="http", model="hostile"):
     module, url = (httpclient, server.http_url) if protocol == "http" else (grpcclient, server.grpc_url)
     client = module.InferenceServerClient(url)
     tensor = module.InferInput("MODE", [1], "INT32")
     tensor.set_data_from_numpy(np.array([mode], dtype=np.int32))
     try:
-        return client.infer("hostile", [tensor]).as_numpy("OUTPUT")
+        return client.infer(model, [tensor]).as_numpy("OUTPUT")
     finally:
         client.close()
 
@@ -97,6 +100,35 @@ def test_a_plugin_that_loops_forever_is_stopped_at_its_deadline(sandbox, protoco
 def test_a_plugin_that_allocates_past_its_cap_is_stopped(sandbox):
     server, _ = sandbox
     survives(server, 4, "memory limit of 64 MiB (wasm_memory_limit_mb)")
+
+
+def test_tensors_a_plugin_holds_in_the_host_count_against_its_cap(sandbox):
+    server, _ = sandbox
+    survives(server, 7, "memory limit of 64 MiB (wasm_memory_limit_mb)", "MiB of tensors")
+
+
+def test_a_plugin_past_its_fuel_budget_is_stopped(sandbox):
+    server, _ = sandbox
+    with pytest.raises(InferenceServerException, match=r"used up its fuel budget of 1000000 \(wasm_fuel\)"):
+        call(server, 8, model="metered")
+    np.testing.assert_array_equal(call(server, 0, model="metered"), [0])
+    # The same work without a budget completes: the budget is the model's own setting.
+    np.testing.assert_array_equal(call(server, 8), [8])
+
+
+def test_tensors_a_plugin_passes_on_are_not_copied_into_it(sandbox):
+    """`router` (identity) may use 16 MiB but returns a 48 MiB input as its output: the data stays in the
+    host as a handle. Were it copied into the plugin, the call would fail at the memory cap."""
+    server, _ = sandbox
+    client = httpclient.InferenceServerClient(server.http_url)
+    data = np.random.default_rng(7).random(12 << 20, dtype=np.float32)
+    tensor = httpclient.InferInput("INPUT0", list(data.shape), "FP32")
+    tensor.set_data_from_numpy(data, binary_data=True)
+    try:
+        answer = client.infer("router", [tensor], outputs=[httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)])
+        np.testing.assert_array_equal(answer.as_numpy("OUTPUT0"), data)
+    finally:
+        client.close()
 
 
 def test_a_plugin_cannot_read_outside_its_model_directory(sandbox):

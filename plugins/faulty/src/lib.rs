@@ -1,25 +1,22 @@
 //! A plugin that misbehaves on request, for the sandbox tests. Input `MODE` (INT32, one element) picks what
 //! it does: 0 echoes `MODE` back as `OUTPUT`, 1 traps (a Rust panic, which aborts the instance), 2 answers
 //! that request with an error, 3 loops forever, 4 allocates memory without end, 5 reads `/etc/passwd`, 6
-//! writes a file into its model directory (`/model`), and a value of 1024 or more opens a TCP connection to
-//! that port on 127.0.0.1. Where the sandbox stops an attempt, the request fails with the error the plugin
-//! got; where it did not, the plugin answers (which the tests treat as a sandbox failure). Its
-//! `auto-complete-config` fails when the config mentions `refuse_auto_complete`. The server must survive every one of them and keep serving. It also prints
-//! a line when initialised and one when finalised, to show that guest stdout reaches the server log and to
-//! let tests count instance lifecycles.
+//! writes a file into its model directory (`/model`), 7 makes host-held tensors without end, 8 spins for a
+//! fixed amount of work (for the fuel budget), and a value of 1024 or more opens a TCP connection to that
+//! port on 127.0.0.1. Where the sandbox stops an attempt, the request fails with the error the plugin got;
+//! where it did not, the plugin answers (which the tests treat as a sandbox failure). Its
+//! `auto-complete-config` fails when the config mentions `refuse_auto_complete`. The server must survive
+//! every one of them and keep serving. It also prints a line when initialised and one when finalised, to
+//! show that guest stdout reaches the server log and to let tests count instance lifecycles.
 
-wit_bindgen::generate!({ path: "../../wit", world: "backend" });
+use tessera_plugin::{Args, Model, Request, Response, Tensor};
 
-use std::sync::OnceLock;
+struct Faulty {
+    /// This instance's name, as `initialize` was told it.
+    instance: String,
+}
 
-use tessera::backend::types::Tensor;
-
-struct Faulty;
-
-/// This instance's name, as `initialize` was told it.
-static INSTANCE: OnceLock<String> = OnceLock::new();
-
-impl Guest for Faulty {
+impl Model for Faulty {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
         if config_json.contains("refuse_auto_complete") {
             return Err("faulty plugin refuses to complete this config".into());
@@ -27,63 +24,76 @@ impl Guest for Faulty {
         Ok(config_json)
     }
 
-    fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
-        let instance = args.iter().find(|(k, _)| k == "model_instance_name").map_or("?", |(_, v)| v.as_str());
-        println!("faulty plugin initialised as {instance}");
-        let _ = INSTANCE.set(instance.to_string());
-        Ok(())
+    fn initialize(args: &Args) -> Result<Self, String> {
+        println!("faulty plugin initialised as {}", args.instance_name());
+        Ok(Faulty {
+            instance: args.instance_name().to_string(),
+        })
     }
 
-    fn execute(requests: Vec<Request>) -> Vec<Result<Response, String>> {
-        requests.into_iter().map(run).collect()
-    }
-
-    fn finalize() {
-        println!("faulty plugin finalised as {}", INSTANCE.get().map_or("?", String::as_str));
-    }
-}
-
-fn run(request: Request) -> Result<Response, String> {
-    let input = request
-        .inputs
-        .into_iter()
-        .find(|t| t.name == "MODE")
-        .ok_or("missing input MODE")?;
-    let mode = input.data.get(..4).map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]));
-    match mode {
-        Some(0) => Ok(Response { outputs: vec![Tensor { name: "OUTPUT".into(), ..input }] }),
-        Some(1) => panic!("faulty plugin asked to trap"),
-        Some(2) => Err("faulty plugin asked to fail this request".into()),
-        Some(3) => loop {
-            std::hint::black_box(&input);
-        },
-        Some(4) => {
-            let mut hoard: Vec<Vec<u8>> = Vec::new();
-            loop {
-                hoard.push(vec![1; 16 << 20]);
-                std::hint::black_box(&hoard);
+    fn execute(&mut self, mut request: Request) -> Result<Response, String> {
+        let input = request.take_input("MODE")?;
+        let mode = input.values::<i32>()?.first().copied();
+        match mode {
+            Some(0) => Ok(echo(input)),
+            Some(1) => panic!("faulty plugin asked to trap"),
+            Some(2) => Err("faulty plugin asked to fail this request".into()),
+            Some(3) => loop {
+                std::hint::black_box(&input);
+            },
+            Some(4) => {
+                let mut hoard: Vec<Vec<u8>> = Vec::new();
+                loop {
+                    hoard.push(vec![1; 16 << 20]);
+                    std::hint::black_box(&hoard);
+                }
             }
+            Some(5) => match std::fs::read("/etc/passwd") {
+                Ok(content) => Ok(escaped(input, content.len())),
+                Err(e) => Err(format!("reading /etc/passwd failed: {e}")),
+            },
+            Some(6) => match std::fs::write("/model/escaped.txt", b"written by a plugin") {
+                Ok(()) => Ok(escaped(input, 0)),
+                Err(e) => Err(format!("writing into /model failed: {e}")),
+            },
+            Some(7) => {
+                let chunk = vec![7u8; 8 << 20];
+                let mut hoard = Vec::new();
+                loop {
+                    hoard.push(Tensor::new("X", [chunk.len() as i64], &chunk));
+                }
+            }
+            Some(8) => {
+                std::hint::black_box(
+                    (0..50_000_000u64)
+                        .fold(0u64, |acc, i| std::hint::black_box(acc.wrapping_add(i))),
+                );
+                Ok(echo(input))
+            }
+            Some(port) if port >= 1024 => {
+                match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
+                    Ok(_) => Ok(escaped(input, 0)),
+                    Err(e) => Err(format!("connecting to 127.0.0.1:{port} failed: {e}")),
+                }
+            }
+            other => Err(format!("unknown MODE {other:?}")),
         }
-        Some(5) => match std::fs::read("/etc/passwd") {
-            Ok(content) => Ok(echo(input, content.len())),
-            Err(e) => Err(format!("reading /etc/passwd failed: {e}")),
-        },
-        Some(6) => match std::fs::write("/model/escaped.txt", b"written by a plugin") {
-            Ok(()) => Ok(echo(input, 0)),
-            Err(e) => Err(format!("writing into /model failed: {e}")),
-        },
-        Some(port) if port >= 1024 => match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
-            Ok(_) => Ok(echo(input, 0)),
-            Err(e) => Err(format!("connecting to 127.0.0.1:{port} failed: {e}")),
-        },
-        other => Err(format!("unknown MODE {other:?}")),
+    }
+
+    fn finalize(&mut self) {
+        println!("faulty plugin finalised as {}", self.instance);
     }
 }
 
-/// An answer for an attempt the sandbox should have stopped: `MODE` back, with what was obtained.
-fn echo(input: Tensor, obtained: usize) -> Response {
-    println!("faulty plugin obtained {obtained} bytes");
-    Response { outputs: vec![Tensor { name: "OUTPUT".into(), ..input }] }
+/// The answer to a harmless mode: `MODE` back as `OUTPUT`.
+fn echo(input: Tensor) -> Response {
+    Response::new(vec![input.renamed("OUTPUT")])
 }
 
-export!(Faulty);
+/// The answer to an attempt the sandbox should have stopped, logged so that the tests see it got through.
+fn escaped(input: Tensor, obtained: usize) -> Response {
+    println!("faulty plugin obtained {obtained} bytes");
+    echo(input)
+}
+
+tessera_plugin::export!(Faulty);

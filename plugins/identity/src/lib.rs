@@ -1,36 +1,28 @@
 //! Echoes every input back as an output of the same type, shape and bytes. The output for an input named
 //! `INPUT<suffix>` is named `OUTPUT<suffix>`; any other input keeps its name. Useful for testing the wire
-//! formats of every data type end to end, and as the smallest possible plugin to copy from.
+//! formats of every data type end to end, and as the smallest possible plugin to copy from. The data is
+//! never copied into the plugin: each output is its input's handle under a new name.
 
-wit_bindgen::generate!({ path: "../../wit", world: "backend" });
-
-use tessera::backend::types::Tensor;
+use tessera_plugin::{Args, Model, Request, Response};
 
 struct Identity;
 
-impl Guest for Identity {
-    fn auto_complete_config(config_json: String) -> Result<String, String> {
-        Ok(config_json)
+impl Model for Identity {
+    fn initialize(_args: &Args) -> Result<Self, String> {
+        Ok(Identity)
     }
 
-    fn initialize(_args: Vec<(String, String)>) -> Result<(), String> {
-        Ok(())
+    fn execute(&mut self, request: Request) -> Result<Response, String> {
+        let outputs = request
+            .inputs
+            .into_iter()
+            .map(|t| {
+                let name = output_name(&t.name);
+                t.renamed(name)
+            })
+            .collect();
+        Ok(Response::new(outputs))
     }
-
-    fn execute(requests: Vec<Request>) -> Vec<Result<Response, String>> {
-        requests.into_iter().map(|r| Ok(echo(r))).collect()
-    }
-
-    fn finalize() {}
-}
-
-fn echo(request: Request) -> Response {
-    let outputs = request
-        .inputs
-        .into_iter()
-        .map(|t| Tensor { name: output_name(&t.name), ..t })
-        .collect();
-    Response { outputs }
 }
 
 fn output_name(input: &str) -> String {
@@ -40,4 +32,4 @@ fn output_name(input: &str) -> String {
     }
 }
 
-export!(Identity);
+tessera_plugin::export!(Identity);

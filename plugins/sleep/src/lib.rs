@@ -7,20 +7,22 @@
 //! (INT32, one value per row), as a Triton python model's `auto_complete_config` would. With the config
 //! parameter `initialize_ms` it takes that long to initialise, to test loads that take time.
 
-wit_bindgen::generate!({ path: "../../wit", world: "backend" });
-
 use std::time::Duration;
 
-use tessera::backend::types::Tensor;
+use tessera_plugin::{Args, Model, Request, Response};
 
 struct Sleep;
 
-impl Guest for Sleep {
+impl Model for Sleep {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
-        let mut config: serde_json::Value = serde_json::from_str(&config_json).map_err(|e| e.to_string())?;
+        let mut config: serde_json::Value =
+            serde_json::from_str(&config_json).map_err(|e| e.to_string())?;
         let tensor = |name: &str| serde_json::json!([{ "name": name, "data_type": "TYPE_INT32", "dims": [1] }]);
         for (field, name) in [("input", "MS"), ("output", "OUT")] {
-            if config[field].as_array().is_none_or(|declared| declared.is_empty()) {
+            if config[field]
+                .as_array()
+                .is_none_or(|declared| declared.is_empty())
+            {
                 config[field] = tensor(name);
             }
         }
@@ -28,31 +30,22 @@ impl Guest for Sleep {
     }
 
     /// Pauses for the config parameter `initialize_ms`, if set: a slow-loading model for the tests.
-    fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
-        let config = args.iter().find(|(key, _)| key == "model_config").map_or("{}", |(_, v)| v.as_str());
-        let config: serde_json::Value = serde_json::from_str(config).map_err(|e| e.to_string())?;
-        let pause = config["parameters"]["initialize_ms"]["string_value"].as_str().and_then(|v| v.parse().ok());
+    fn initialize(args: &Args) -> Result<Self, String> {
+        let config: serde_json::Value =
+            serde_json::from_str(args.config_json()).map_err(|e| e.to_string())?;
+        let pause = config["parameters"]["initialize_ms"]["string_value"]
+            .as_str()
+            .and_then(|v| v.parse().ok());
         std::thread::sleep(Duration::from_millis(pause.unwrap_or(0)));
-        Ok(())
+        Ok(Sleep)
     }
 
-    fn execute(requests: Vec<Request>) -> Vec<Result<Response, String>> {
-        requests.into_iter().map(run).collect()
+    fn execute(&mut self, mut request: Request) -> Result<Response, String> {
+        let input = request.take_input("MS")?;
+        let longest = input.values::<i32>()?.into_iter().max().unwrap_or(0);
+        std::thread::sleep(Duration::from_millis(longest.clamp(0, 60_000) as u64));
+        Ok(Response::new(vec![input.renamed("OUT")]))
     }
-
-    fn finalize() {}
 }
 
-fn run(request: Request) -> Result<Response, String> {
-    let input = request.inputs.into_iter().find(|t| t.name == "MS").ok_or("missing input MS")?;
-    let longest = input
-        .data
-        .chunks_exact(4)
-        .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .max()
-        .unwrap_or(0);
-    std::thread::sleep(Duration::from_millis(longest.clamp(0, 60_000) as u64));
-    Ok(Response { outputs: vec![Tensor { name: "OUT".into(), ..input }] })
-}
-
-export!(Sleep);
+tessera_plugin::export!(Sleep);

@@ -1,49 +1,83 @@
-//! Tensors and requests across the component boundary. Each tensor's bytes are copied once into the guest
-//! (`list<u8>`) and once out; the data types map one to one.
+//! Tensors and requests across the component boundary. A tensor's name, type and shape are copied; its
+//! bytes travel as `tensor-data` handles (see `tensor_data`), so nothing here copies elements. The data
+//! types map one to one.
 
 use bytes::Bytes;
+use wasmtime::component::Resource;
 
 use super::bindings::tessera::backend::types as wit;
+use super::host::StoreState;
+use super::tensor_data::HeldData;
 use crate::inference::{InferenceRequest, Parameter};
 use crate::tensor::{DataType, Tensor};
 
-pub fn request_to_wit(request: &InferenceRequest) -> wit::Request {
-    wit::Request {
+/// A client's request, handed to the plugin.
+pub fn request_to_wit(
+    state: &mut StoreState,
+    request: &InferenceRequest,
+) -> wasmtime::Result<wit::Request> {
+    Ok(wit::Request {
         id: request.id.clone(),
-        inputs: request.inputs.iter().map(tensor_to_wit).collect(),
+        inputs: request
+            .inputs
+            .iter()
+            .map(|t| tensor_to_wit(t, |data| state.hand_over(data)))
+            .collect::<wasmtime::Result<_>>()?,
         requested_outputs: request.requested_outputs.clone(),
-        parameters: request.parameters.iter().map(|(k, v)| (k.clone(), parameter_to_wit(v))).collect(),
-    }
+        parameters: request
+            .parameters
+            .iter()
+            .map(|(k, v)| (k.clone(), parameter_to_wit(v)))
+            .collect(),
+    })
 }
 
-pub fn tensor_from_wit(tensor: wit::Tensor) -> Tensor {
-    Tensor {
+/// A tensor the plugin gave back (an output, or an input of a BLS call).
+pub fn tensor_from_wit(state: &mut StoreState, tensor: wit::Tensor) -> wasmtime::Result<Tensor> {
+    Ok(Tensor {
         name: tensor.name,
         datatype: datatype_from_wit(tensor.datatype),
         shape: tensor.shape,
-        data: Bytes::from(tensor.data),
-    }
+        data: state.take_back(tensor.data)?,
+    })
 }
 
 /// A plugin's BLS request to `model` (`version` empty: the newest ready one).
-pub fn request_from_wit(model: String, version: String, request: wit::Request) -> InferenceRequest {
-    InferenceRequest {
+pub fn request_from_wit(
+    state: &mut StoreState,
+    model: String,
+    version: String,
+    request: wit::Request,
+) -> wasmtime::Result<InferenceRequest> {
+    Ok(InferenceRequest {
         model,
         version,
         id: request.id,
-        inputs: request.inputs.into_iter().map(tensor_from_wit).collect(),
+        inputs: request
+            .inputs
+            .into_iter()
+            .map(|t| tensor_from_wit(state, t))
+            .collect::<wasmtime::Result<_>>()?,
         requested_outputs: request.requested_outputs,
-        parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
-    }
+        parameters: request
+            .parameters
+            .into_iter()
+            .map(|(k, v)| (k, parameter_from_wit(v)))
+            .collect(),
+    })
 }
 
-pub fn tensor_to_wit(tensor: &Tensor) -> wit::Tensor {
-    wit::Tensor {
+/// A host tensor as the plugin sees it; `handle` turns its bytes into a `tensor-data` handle.
+pub fn tensor_to_wit(
+    tensor: &Tensor,
+    mut handle: impl FnMut(Bytes) -> wasmtime::Result<Resource<HeldData>>,
+) -> wasmtime::Result<wit::Tensor> {
+    Ok(wit::Tensor {
         name: tensor.name.clone(),
         datatype: datatype_to_wit(tensor.datatype),
         shape: tensor.shape.clone(),
-        data: tensor.data.to_vec(),
-    }
+        data: handle(tensor.data.clone())?,
+    })
 }
 
 fn parameter_to_wit(value: &Parameter) -> wit::ParameterValue {
@@ -83,9 +117,17 @@ const DATATYPES: [(DataType, wit::DataType); 14] = [
 ];
 
 fn datatype_to_wit(datatype: DataType) -> wit::DataType {
-    DATATYPES.iter().find(|(d, _)| *d == datatype).map(|(_, w)| *w).expect("every data type is in DATATYPES")
+    DATATYPES
+        .iter()
+        .find(|(d, _)| *d == datatype)
+        .map(|(_, w)| *w)
+        .expect("every data type is in DATATYPES")
 }
 
 fn datatype_from_wit(datatype: wit::DataType) -> DataType {
-    DATATYPES.iter().find(|(_, w)| *w == datatype).map(|(d, _)| *d).expect("every WIT data type is in DATATYPES")
+    DATATYPES
+        .iter()
+        .find(|(_, w)| *w == datatype)
+        .map(|(d, _)| *d)
+        .expect("every WIT data type is in DATATYPES")
 }

@@ -1,5 +1,5 @@
 //! What a plugin instance's store holds and what the host gives it: the WASI context (sandbox), the
-//! `tessera:backend/host` imports (log, and BLS calls to other models), and stdout/stderr streams that turn guest output into server log lines
+//! `tessera:backend/host` imports (log, and BLS calls to other models; tensor handles are in `tensor_data`), and stdout/stderr streams that turn guest output into server log lines
 //! tagged with the model, so a plugin's `println!` lands where operators look.
 
 use std::sync::{Arc, Weak};
@@ -31,14 +31,17 @@ pub struct StoreState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
     }
 }
 
 impl types::Host for StoreState {}
 
 impl host::Host for StoreState {
-    async fn log(&mut self, level: types::LogLevel, message: String) {
+    async fn log(&mut self, level: types::LogLevel, message: String) -> wasmtime::Result<()> {
         let model = &*self.label;
         match level {
             types::LogLevel::Error => tracing::error!(target: "plugin", model, "{message}"),
@@ -46,28 +49,54 @@ impl host::Host for StoreState {
             types::LogLevel::Info => tracing::info!(target: "plugin", model, "{message}"),
             types::LogLevel::Verbose => tracing::debug!(target: "plugin", model, "{message}"),
         }
+        Ok(())
     }
 
     /// A BLS call: the request goes through the callee's checks and scheduler like a client's, and any
     /// failure comes back to the plugin as an error it can handle.
-    async fn infer(&mut self, model: String, version: String, request: types::Request) -> Result<types::Response, String> {
-        let caller = self.caller().ok_or("the server is not accepting calls between models yet")?;
-        let call = caller.infer(convert::request_from_wit(model.clone(), version, request));
+    async fn infer(
+        &mut self,
+        model: String,
+        version: String,
+        request: types::Request,
+    ) -> wasmtime::Result<Result<types::Response, String>> {
+        let request = convert::request_from_wit(self, model.clone(), version, request)?;
+        let Some(caller) = self.caller() else {
+            return Ok(Err(
+                "the server is not accepting calls between models yet".into()
+            ));
+        };
+        let call = caller.infer(request);
         // The plugin's own deadline cannot fire while the host awaits (no guest code runs to see the epoch),
         // so the wait is bounded here; otherwise a model calling itself would wait for itself forever.
         let answer = match self.deadline {
-            Some(deadline) => tokio::time::timeout_at(deadline.into(), call)
-                .await
-                .map_err(|_| format!("'{model}' did not answer before this plugin's execute timeout"))?,
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
+                Ok(answer) => answer,
+                Err(_) => {
+                    return Ok(Err(format!(
+                        "'{model}' did not answer before this plugin's execute timeout"
+                    )))
+                }
+            },
             None => call.await,
         };
-        answer
-            .map(|response| types::Response { outputs: response.outputs.iter().map(convert::tensor_to_wit).collect() })
-            .map_err(|e| e.to_string())
+        match answer {
+            Ok(response) => {
+                let outputs = response
+                    .outputs
+                    .iter()
+                    .map(|t| convert::tensor_to_wit(t, |data| self.hold(data)))
+                    .collect::<wasmtime::Result<_>>()?;
+                Ok(Ok(types::Response { outputs }))
+            }
+            Err(e) => Ok(Err(e.to_string())),
+        }
     }
 
-    async fn model_ready(&mut self, model: String, version: String) -> bool {
-        self.caller().is_some_and(|caller| caller.is_ready(&model, &version))
+    async fn model_ready(&mut self, model: String, version: String) -> wasmtime::Result<bool> {
+        Ok(self
+            .caller()
+            .is_some_and(|caller| caller.is_ready(&model, &version)))
     }
 }
 
@@ -92,7 +121,10 @@ impl IsTerminal for GuestOutput {
 
 impl StdoutStream for GuestOutput {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LineLogger { output: self.clone(), pending: Vec::new() })
+        Box::new(LineLogger {
+            output: self.clone(),
+            pending: Vec::new(),
+        })
     }
 
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {

@@ -1,10 +1,14 @@
 //! The sandbox limits of a plugin instance, read from the model config's `parameters` with safe defaults:
 //!
-//! - `wasm_memory_limit_mb` (default 512): the most linear memory an instance may have. A `memory.grow`
-//!   past it traps the call with a message naming the limit; the instance is then re-created.
+//! - `wasm_memory_limit_mb` (default 512): the most memory an instance may have: its linear memory plus
+//!   the tensors it asked the host to hold (`tensor-data` handles). A `memory.grow` or a new tensor past it
+//!   traps the call with a message naming the limit; the instance is then re-created.
 //! - `wasm_execute_timeout_ms` (default 10000; 0 turns it off): how long one `execute` call may run. The
 //!   engine's epoch ticks every few milliseconds; at the first tick past the deadline the call traps with a
 //!   message naming the timeout, and the instance is re-created.
+//! - `wasm_fuel` (default: none): a budget of fuel (wasmtime's measure of executed instructions) for each
+//!   call into the plugin. A plugin that uses it up traps with a message naming the budget. Plugins with a
+//!   budget run on an engine that counts fuel, which costs time, so plugins without one do not pay for it.
 //!
 //! Filesystem, network and environment limits are not settings: a plugin sees its version directory
 //! read-only and nothing else (see `Plugin::new_state`).
@@ -17,6 +21,7 @@ use crate::model_config::ModelConfig;
 
 const MEMORY_KEY: &str = "wasm_memory_limit_mb";
 const TIMEOUT_KEY: &str = "wasm_execute_timeout_ms";
+const FUEL_KEY: &str = "wasm_fuel";
 const DEFAULT_MEMORY_MB: u64 = 512;
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 
@@ -24,6 +29,8 @@ const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 pub struct Limits {
     pub memory_bytes: usize,
     pub execute_timeout: Option<Duration>,
+    /// Fuel for each call, when the config sets a budget.
+    pub fuel: Option<u64>,
 }
 
 impl Limits {
@@ -33,15 +40,23 @@ impl Limits {
             match config.parameters.get(key) {
                 None => Ok(default),
                 Some(p) => p.string_value.trim().parse().map_err(|_| {
-                    format!("parameter '{key}' must be a whole number, got '{}'", p.string_value)
+                    format!(
+                        "parameter '{key}' must be a whole number, got '{}'",
+                        p.string_value
+                    )
                 }),
             }
         };
         let memory_mb = number(MEMORY_KEY, DEFAULT_MEMORY_MB)?;
         let timeout_ms = number(TIMEOUT_KEY, DEFAULT_TIMEOUT_MS)?;
+        let fuel = match config.parameters.get(FUEL_KEY) {
+            None => None,
+            Some(_) => Some(number(FUEL_KEY, 0)?).filter(|&fuel| fuel > 0),
+        };
         Ok(Limits {
             memory_bytes: usize::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
             execute_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
+            fuel,
         })
     }
 
@@ -49,37 +64,99 @@ impl Limits {
         format!("{} MiB ({MEMORY_KEY})", self.memory_bytes >> 20)
     }
 
+    pub fn describe_fuel(&self) -> String {
+        self.fuel
+            .map_or_else(|| "none".into(), |fuel| format!("{fuel} ({FUEL_KEY})"))
+    }
+
     pub fn describe_timeout(&self) -> String {
-        self.execute_timeout.map_or_else(|| "none".into(), |t| format!("{} ms ({TIMEOUT_KEY})", t.as_millis()))
+        self.execute_timeout.map_or_else(
+            || "none".into(),
+            |t| format!("{} ms ({TIMEOUT_KEY})", t.as_millis()),
+        )
     }
 }
 
-/// Enforces the memory limit of one store.
+/// Enforces the memory limit of one store over its linear memory and the tensor data held for it.
 pub struct MemoryCap {
     pub limits: Limits,
+    /// Bytes of linear memory the instance has grown to.
+    linear: usize,
+    /// Bytes of tensor data the host holds for the instance's handles.
+    held: usize,
+}
+
+/// What one tensor handle counts against the cap at least, so that a plugin making empty handles in a
+/// loop still reaches its limit instead of growing the host's handle table without bound.
+const HANDLE_COST: usize = 64;
+
+impl MemoryCap {
+    pub fn new(limits: Limits) -> Self {
+        MemoryCap {
+            limits,
+            linear: 0,
+            held: 0,
+        }
+    }
+
+    /// Counts a handle of `bytes` the plugin asks for (a new tensor, a shared handle, a BLS answer), or
+    /// traps if it would take the instance past its limit. Returns what was counted, for `release`.
+    pub fn hold(&mut self, bytes: usize) -> wasmtime::Result<usize> {
+        let cost = bytes.max(HANDLE_COST);
+        if self.linear + self.held + cost > self.limits.memory_bytes {
+            wasmtime::bail!(
+                "the plugin exceeded its memory limit of {}: it holds {} MiB of tensors beside {} MiB of memory and asked for {} MiB more",
+                self.limits.describe_memory(),
+                self.held >> 20,
+                self.linear >> 20,
+                cost.div_ceil(1 << 20)
+            );
+        }
+        self.held += cost;
+        Ok(cost)
+    }
+
+    /// Stops counting a handle (the plugin dropped it or gave it back); `cost` is what `hold` returned.
+    pub fn release(&mut self, cost: usize) {
+        self.held -= cost;
+    }
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
-        if desired > self.limits.memory_bytes {
+    fn memory_growing(
+        &mut self,
+        current: usize,
+        desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
+        let linear = self.linear - current.min(self.linear) + desired;
+        if linear + self.held > self.limits.memory_bytes {
             wasmtime::bail!(
                 "the plugin exceeded its memory limit of {}: it asked to grow from {} to {} MiB",
                 self.limits.describe_memory(),
-                current >> 20,
-                desired.div_ceil(1 << 20)
+                (self.linear + self.held) >> 20,
+                (linear + self.held).div_ceil(1 << 20)
             );
         }
+        self.linear = linear;
         Ok(true)
     }
 
-    fn table_growing(&mut self, _current: usize, _desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
+    fn table_growing(
+        &mut self,
+        _current: usize,
+        _desired: usize,
+        _maximum: Option<usize>,
+    ) -> wasmtime::Result<bool> {
         Ok(true)
     }
 }
 
 /// When the `execute` call under way must stop, if it has a deadline.
 pub fn deadline(limits: &Limits) -> Option<Instant> {
-    limits.execute_timeout.map(|timeout| Instant::now() + timeout)
+    limits
+        .execute_timeout
+        .map(|timeout| Instant::now() + timeout)
 }
 
 #[cfg(test)]
@@ -90,7 +167,12 @@ mod tests {
     fn config(parameters: &[(&str, &str)]) -> ModelConfig {
         let mut config = ModelConfig::default();
         for (key, value) in parameters {
-            config.parameters.insert(key.to_string(), ModelParameter { string_value: value.to_string() });
+            config.parameters.insert(
+                key.to_string(),
+                ModelParameter {
+                    string_value: value.to_string(),
+                },
+            );
         }
         config
     }
@@ -101,16 +183,62 @@ mod tests {
         assert_eq!(defaults.memory_bytes, 512 << 20);
         assert_eq!(defaults.execute_timeout, Some(Duration::from_secs(10)));
         let set = Limits::from_config(&config(&[(MEMORY_KEY, "64"), (TIMEOUT_KEY, "0")])).unwrap();
-        assert_eq!((set.memory_bytes, set.execute_timeout), (64 << 20, None));
+        assert_eq!(
+            (set.memory_bytes, set.execute_timeout, set.fuel),
+            (64 << 20, None, None)
+        );
+        let fueled = Limits::from_config(&config(&[(FUEL_KEY, "1000000")])).unwrap();
+        assert_eq!(fueled.fuel, Some(1_000_000));
         let wrong = Limits::from_config(&config(&[(TIMEOUT_KEY, "soon")])).unwrap_err();
-        assert_eq!(wrong, "parameter 'wasm_execute_timeout_ms' must be a whole number, got 'soon'");
+        assert_eq!(
+            wrong,
+            "parameter 'wasm_execute_timeout_ms' must be a whole number, got 'soon'"
+        );
     }
 
     #[test]
     fn growth_past_the_cap_traps_with_the_limit_named() {
-        let mut cap = MemoryCap { limits: Limits { memory_bytes: 2 << 20, execute_timeout: None } };
+        let mut cap = MemoryCap::new(Limits {
+            memory_bytes: 2 << 20,
+            execute_timeout: None,
+            fuel: None,
+        });
+        assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
         assert!(cap.memory_growing(1 << 20, 2 << 20, None).unwrap());
-        let refused = cap.memory_growing(2 << 20, 3 << 20, None).unwrap_err().to_string();
-        assert!(refused.contains("memory limit of 2 MiB (wasm_memory_limit_mb)"), "{refused}");
+        let refused = cap
+            .memory_growing(2 << 20, 3 << 20, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("memory limit of 2 MiB (wasm_memory_limit_mb)"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn tensors_held_for_the_plugin_count_against_the_cap() {
+        let mut cap = MemoryCap::new(Limits {
+            memory_bytes: 2 << 20,
+            execute_timeout: None,
+            fuel: None,
+        });
+        assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
+        let half = cap.hold(512 << 10).unwrap();
+        let refused = cap.hold(1 << 20).unwrap_err().to_string();
+        assert!(refused.contains("memory limit of 2 MiB"), "{refused}");
+        assert!(
+            cap.memory_growing(1 << 20, (2 << 20) - (256 << 10), None)
+                .is_err(),
+            "tensors leave less room to grow"
+        );
+        cap.release(half);
+        let whole = cap.hold(1 << 20).unwrap();
+        // Empty handles still cost something, so that making them without end reaches the limit.
+        assert!(cap.hold(0).is_err(), "the cap is full");
+        cap.release(whole);
+        let empty = cap.hold(0).unwrap();
+        assert_eq!(empty, HANDLE_COST);
+        cap.release(empty);
+        assert_eq!(cap.held, 0);
     }
 }

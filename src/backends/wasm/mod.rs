@@ -15,6 +15,7 @@ mod cache;
 mod convert;
 mod host;
 mod limits;
+mod tensor_data;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -36,7 +37,13 @@ use crate::model_config::{self, ModelConfig};
 use crate::tensor::Tensor;
 
 mod bindings {
-    wasmtime::component::bindgen!({ path: "wit", world: "backend", imports: { default: async }, exports: { default: async } });
+    wasmtime::component::bindgen!({
+        path: "wit",
+        world: "backend",
+        imports: { default: async | trappable },
+        exports: { default: async },
+        with: { "tessera:backend/types.tensor-data": super::tensor_data::HeldData },
+    });
 }
 
 /// How often the engine's epoch advances; a running plugin yields to the executor at every tick.
@@ -46,8 +53,10 @@ const EPOCH_TICK: Duration = Duration::from_millis(2);
 pub const GUEST_MODEL_DIR: &str = "/model";
 
 pub struct WasmRuntime {
-    engine: Engine,
-    linker: Linker<StoreState>,
+    /// For plugins without a fuel budget.
+    plain: Linked,
+    /// For plugins with one (`wasm_fuel`): counting fuel slows the code, so only they pay for it.
+    metered: Linked,
     cache: ComponentCache,
     /// The other models, for plugins' BLS calls.
     peers: Peers,
@@ -57,12 +66,15 @@ impl WasmRuntime {
     /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile). `peers`:
     /// how plugins reach other models.
     pub fn new(cache_dir: Option<PathBuf>, peers: Peers) -> anyhow::Result<Self> {
-        let engine = Engine::new(Config::new().epoch_interruption(true))?;
-        start_epoch_ticker(&engine)?;
-        let mut linker = Linker::new(&engine);
-        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
-        Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
-        Ok(WasmRuntime { engine, linker, cache: ComponentCache::new(cache_dir), peers })
+        let plain = Linked::new(Config::new().epoch_interruption(true))?;
+        let metered = Linked::new(Config::new().epoch_interruption(true).consume_fuel(true))?;
+        start_epoch_ticker(&[&plain.engine, &metered.engine])?;
+        Ok(WasmRuntime {
+            plain,
+            metered,
+            cache: ComponentCache::new(cache_dir),
+            peers,
+        })
     }
 
     /// Compiles (or loads from cache) and links the model's component, then checks it exports the world.
@@ -72,7 +84,10 @@ impl WasmRuntime {
         plugin.base_args = vec![
             ("model_name".into(), ctx.model.to_string()),
             ("model_version".into(), ctx.version.to_string()),
-            ("model_repository".into(), ctx.repository.display().to_string()),
+            (
+                "model_repository".into(),
+                ctx.repository.display().to_string(),
+            ),
             ("model_config".into(), ctx.config_json.to_string()),
             ("model_instance_kind".into(), "CPU".into()),
             ("model_instance_device_id".into(), "0".into()),
@@ -85,7 +100,11 @@ impl WasmRuntime {
     /// never initialised, with the config as Triton-style JSON, and its answer replaces the config. Blocks:
     /// call it from a blocking thread of the runtime.
     /// Without a plugin file there is nothing to ask; the load then fails saying the file is missing.
-    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path) -> std::result::Result<(), String> {
+    pub fn auto_complete(
+        &self,
+        config: &mut ModelConfig,
+        version_dir: &Path,
+    ) -> std::result::Result<(), String> {
         if !version_dir.join(plugin_file(config)).is_file() {
             return Ok(());
         }
@@ -98,24 +117,49 @@ impl WasmRuntime {
     }
 
     /// The linked component of the plugin in `version_dir`, with the limits its config sets.
-    fn link(&self, label: &str, version_dir: &Path, config: &ModelConfig) -> std::result::Result<Plugin, String> {
+    fn link(
+        &self,
+        label: &str,
+        version_dir: &Path,
+        config: &ModelConfig,
+    ) -> std::result::Result<Plugin, String> {
         let path = version_dir.join(plugin_file(config));
-        let wasm = std::fs::read(&path).map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
+        let wasm = std::fs::read(&path)
+            .map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
         let label: Arc<str> = label.into();
         let limits = Limits::from_config(config)?;
+        let linked = if limits.fuel.is_some() {
+            &self.metered
+        } else {
+            &self.plain
+        };
         let started = Instant::now();
-        let (component, origin) =
-            self.cache.load(&self.engine, &wasm).map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
+        let (component, origin) = self
+            .cache
+            .load(&linked.engine, &wasm)
+            .map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
         match origin {
-            Origin::Cache => tracing::info!(model = &*label, "loaded compiled component from cache in {:?}", started.elapsed()),
-            Origin::Compiled => tracing::info!(model = &*label, "compiled component in {:?}", started.elapsed()),
+            Origin::Cache => tracing::info!(
+                model = &*label,
+                "loaded compiled component from cache in {:?}",
+                started.elapsed()
+            ),
+            Origin::Compiled => tracing::info!(
+                model = &*label,
+                "compiled component in {:?}",
+                started.elapsed()
+            ),
         }
-        let pre = self
+        let pre = linked
             .linker
             .instantiate_pre(&component)
             .map_err(|e| format!("{} cannot be linked: {e:#}", path.display()))?;
-        let pre = BackendPre::new(pre)
-            .map_err(|e| format!("{} does not implement tessera:backend/backend: {e:#}", path.display()))?;
+        let pre = BackendPre::new(pre).map_err(|e| {
+            format!(
+                "{} does not implement tessera:backend/backend: {e:#}",
+                path.display()
+            )
+        })?;
         Ok(Plugin {
             pre,
             label,
@@ -124,6 +168,22 @@ impl WasmRuntime {
             version_dir: version_dir.to_path_buf(),
             base_args: Vec::new(),
         })
+    }
+}
+
+/// An engine and the host's imports linked for it.
+struct Linked {
+    engine: Engine,
+    linker: Linker<StoreState>,
+}
+
+impl Linked {
+    fn new(config: &Config) -> anyhow::Result<Self> {
+        let engine = Engine::new(config)?;
+        let mut linker = Linker::new(&engine);
+        wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
+        Ok(Linked { engine, linker })
     }
 }
 
@@ -151,13 +211,21 @@ struct Plugin {
 
 impl Plugin {
     /// A fresh store and instance, initialised: used at load and after every trap.
-    async fn instantiate(&self, args: &[(String, String)]) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+    async fn instantiate(
+        &self,
+        args: &[(String, String)],
+    ) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = self.new_store()?;
-        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        let bindings = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        refuel(&mut store, &self.limits);
         bindings
             .call_initialize(&mut store, args)
             .await
-            .map_err(|e| format!("initialize trapped: {e:#}"))?
+            .map_err(|e| format!("initialize trapped: {}", trap_summary(&e, &self.limits)))?
             .map_err(|e| format!("initialize failed: {e}"))?;
         Ok((store, bindings))
     }
@@ -165,12 +233,22 @@ impl Plugin {
     /// Runs `auto-complete-config` on a fresh, uninitialised instance, within the execute timeout.
     async fn auto_complete(&self, config_json: &str) -> std::result::Result<String, String> {
         let mut store = self.new_store()?;
-        let bindings = self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        let bindings = self
+            .pre
+            .instantiate_async(&mut store)
+            .await
+            .map_err(|e| format!("cannot instantiate: {e:#}"))?;
         store.data_mut().deadline = limits::deadline(&self.limits);
+        refuel(&mut store, &self.limits);
         bindings
             .call_auto_complete_config(&mut store, config_json)
             .await
-            .map_err(|e| format!("auto-complete-config trapped: {}", trap_summary(&e)))?
+            .map_err(|e| {
+                format!(
+                    "auto-complete-config trapped: {}",
+                    trap_summary(&e, &self.limits)
+                )
+            })?
             .map_err(|e| format!("auto-complete-config failed: {e}"))
     }
 
@@ -178,6 +256,7 @@ impl Plugin {
     fn new_store(&self) -> std::result::Result<Store<StoreState>, String> {
         let mut store = Store::new(self.pre.engine(), self.new_state()?);
         store.limiter(|state| &mut state.memory);
+        refuel(&mut store, &self.limits); // instantiating runs plugin code too
         store.set_epoch_deadline(1);
         let timeout = self.limits.describe_timeout();
         store.epoch_deadline_callback(move |state| match state.data().deadline {
@@ -191,20 +270,26 @@ impl Plugin {
 
     fn new_state(&self) -> std::result::Result<StoreState, String> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
-            .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
-            // No sockets and no name lookups (wasmtime also refuses every address by default), no
-            // environment variables, no arguments: only the version directory, read-only.
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
-            .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
+        wasi.stdout(GuestOutput {
+            label: self.label.clone(),
+            stream: "stdout",
+        })
+        .stderr(GuestOutput {
+            label: self.label.clone(),
+            stream: "stderr",
+        })
+        // No sockets and no name lookups (wasmtime also refuses every address by default), no
+        // environment variables, no arguments: only the version directory, read-only.
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
+        .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
         Ok(StoreState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
             label: self.label.clone(),
-            memory: MemoryCap { limits: self.limits },
+            memory: MemoryCap::new(self.limits),
             deadline: None,
             peers: self.peers.clone(),
         })
@@ -213,12 +298,19 @@ impl Plugin {
 
 #[async_trait]
 impl Backend for WasmModel {
-    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+    async fn create_instance(
+        &self,
+        instance_name: &str,
+    ) -> std::result::Result<Box<dyn Instance>, String> {
         let plugin = &self.0;
         let mut args = plugin.base_args.clone();
         args.push(("model_instance_name".into(), instance_name.to_string()));
         let live = plugin.instantiate(&args).await?;
-        Ok(Box::new(WasmInstance { model: plugin.clone(), args, live: Some(live) }))
+        Ok(Box::new(WasmInstance {
+            model: plugin.clone(),
+            args,
+            live: Some(live),
+        }))
     }
 }
 
@@ -233,7 +325,10 @@ impl WasmInstance {
     async fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
         if self.live.is_none() {
             let fresh = self.model.instantiate(&self.args).await.map_err(|e| {
-                Error::internal(format!("model '{}': cannot re-create the plugin instance: {e}", self.model.label))
+                Error::internal(format!(
+                    "model '{}': cannot re-create the plugin instance: {e}",
+                    self.model.label
+                ))
             })?;
             self.live = Some(fresh);
         }
@@ -250,17 +345,27 @@ impl Instance for WasmInstance {
             Ok(live) => live,
             Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
         };
-        let wit_requests: Vec<_> = requests.iter().map(convert::request_to_wit).collect();
+        let wit_requests = match requests
+            .iter()
+            .map(|r| convert::request_to_wit(store.data_mut(), r))
+            .collect::<wasmtime::Result<Vec<_>>>()
+        {
+            Ok(wit_requests) => wit_requests,
+            Err(e) => {
+                let e = Error::internal(format!(
+                    "model '{label}': cannot hand the request to the plugin: {e:#}"
+                ));
+                return requests.iter().map(|_| Err(e.clone())).collect();
+            }
+        };
         store.data_mut().deadline = limits::deadline(&limits);
+        refuel(store, &limits);
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
         match outcome {
             Ok(results) if results.len() == requests.len() => results
                 .into_iter()
-                .map(|r| match r {
-                    Ok(response) => Ok(response.outputs.into_iter().map(convert::tensor_from_wit).collect()),
-                    Err(message) => Err(Error::internal(format!("model '{label}': {message}"))),
-                })
+                .map(|r| response_from_wit(store.data_mut(), &label, r))
                 .collect(),
             Ok(results) => {
                 let e = Error::internal(format!(
@@ -271,9 +376,15 @@ impl Instance for WasmInstance {
                 requests.iter().map(|_| Err(e.clone())).collect()
             }
             Err(trap) => {
-                tracing::warn!(model = &*label, "plugin trapped, re-creating the instance: {trap:#}");
+                tracing::warn!(
+                    model = &*label,
+                    "plugin trapped, re-creating the instance: {trap:#}"
+                );
                 self.live = None;
-                let e = Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap)));
+                let e = Error::internal(format!(
+                    "model '{label}': plugin trapped: {}",
+                    trap_summary(&trap, &limits)
+                ));
                 requests.iter().map(|_| Err(e.clone())).collect()
             }
         }
@@ -281,6 +392,7 @@ impl Instance for WasmInstance {
 
     async fn finalize(&mut self) {
         if let Some((store, bindings)) = self.live.as_mut() {
+            refuel(store, &self.model.limits);
             if let Err(e) = bindings.call_finalize(&mut *store).await {
                 tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
             }
@@ -288,23 +400,60 @@ impl Instance for WasmInstance {
     }
 }
 
-/// Advances the engine's epoch every `EPOCH_TICK` for as long as the engine exists.
-fn start_epoch_ticker(engine: &Engine) -> std::io::Result<()> {
-    let engine = engine.weak();
-    std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
-        while let Some(engine) = engine.upgrade() {
-            engine.increment_epoch();
-            drop(engine);
+/// One request's answer from the plugin: its outputs taken back from their handles, or its error.
+fn response_from_wit(
+    state: &mut StoreState,
+    label: &str,
+    result: std::result::Result<bindings::tessera::backend::types::Response, String>,
+) -> Result<Vec<Tensor>> {
+    let response =
+        result.map_err(|message| Error::internal(format!("model '{label}': {message}")))?;
+    response
+        .outputs
+        .into_iter()
+        .map(|t| convert::tensor_from_wit(state, t))
+        .collect::<wasmtime::Result<_>>()
+        .map_err(|e| {
+            Error::internal(format!(
+                "model '{label}': the plugin returned a tensor it does not own: {e:#}"
+            ))
+        })
+}
+
+/// Gives a store with a fuel budget its full budget for the next call.
+fn refuel(store: &mut Store<StoreState>, limits: &Limits) {
+    if let Some(fuel) = limits.fuel {
+        store
+            .set_fuel(fuel)
+            .expect("plugins with a fuel budget run on the engine that counts fuel");
+    }
+}
+
+/// Advances the engines' epochs every `EPOCH_TICK` for as long as they exist.
+fn start_epoch_ticker(engines: &[&Engine]) -> std::io::Result<()> {
+    let engines: Vec<_> = engines.iter().map(|engine| engine.weak()).collect();
+    std::thread::Builder::new()
+        .name("wasm-epoch".into())
+        .spawn(move || loop {
+            for engine in &engines {
+                match engine.upgrade() {
+                    Some(engine) => engine.increment_epoch(),
+                    None => return,
+                }
+            }
             std::thread::sleep(EPOCH_TICK);
-        }
-    })?;
+        })?;
     Ok(())
 }
 
 /// The trap's cause in one line (e.g. "wasm trap: wasm `unreachable` instruction executed"), without the
 /// guest backtrace that `{:#}` would add.
-fn trap_summary(error: &wasmtime::Error) -> String {
+fn trap_summary(error: &wasmtime::Error, limits: &Limits) -> String {
     match error.downcast_ref::<wasmtime::Trap>() {
+        Some(wasmtime::Trap::OutOfFuel) => format!(
+            "the plugin used up its fuel budget of {}",
+            limits.describe_fuel()
+        ),
         Some(trap) => format!("wasm trap: {trap}"),
         None => error.root_cause().to_string(),
     }

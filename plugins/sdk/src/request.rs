@@ -1,0 +1,94 @@
+//! Requests and responses: finding inputs and parameters, and calling other models (BLS).
+
+use crate::bindings::tessera::backend::host;
+use crate::{ParameterValue, Request, Response, Tensor};
+
+impl Request {
+    /// A request for another model (see [`infer`]) with these inputs and nothing else.
+    pub fn new(inputs: Vec<Tensor>) -> Self {
+        Request {
+            id: String::new(),
+            inputs,
+            requested_outputs: Vec::new(),
+            parameters: Vec::new(),
+        }
+    }
+
+    /// The input called `name`.
+    pub fn input(&self, name: &str) -> Result<&Tensor, String> {
+        self.inputs
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| format!("missing input {name}"))
+    }
+
+    /// Takes the input called `name` out of the request, to pass it on without copying its data.
+    pub fn take_input(&mut self, name: &str) -> Result<Tensor, String> {
+        let at = self
+            .inputs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| format!("missing input {name}"))?;
+        Ok(self.inputs.swap_remove(at))
+    }
+
+    /// The request parameter `key`, if the client sent it.
+    pub fn parameter(&self, key: &str) -> Option<&ParameterValue> {
+        self.parameters
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v)
+    }
+
+    /// The string parameter `key`, if the client sent one.
+    pub fn string_parameter(&self, key: &str) -> Option<&str> {
+        match self.parameter(key) {
+            Some(ParameterValue::String(value)) => Some(value),
+            _ => None,
+        }
+    }
+
+    /// The integer parameter `key`, if the client sent one.
+    pub fn int_parameter(&self, key: &str) -> Option<i64> {
+        match self.parameter(key) {
+            Some(ParameterValue::Int(value)) => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// Whether the client wants the output `name` (it asked for it, or for no output in particular).
+    pub fn wants(&self, name: &str) -> bool {
+        self.requested_outputs.is_empty() || self.requested_outputs.iter().any(|o| o == name)
+    }
+}
+
+impl Response {
+    pub fn new(outputs: Vec<Tensor>) -> Self {
+        Response { outputs }
+    }
+
+    /// The output called `name` (of a response from [`infer`]).
+    pub fn output(&self, name: &str) -> Result<&Tensor, String> {
+        self.outputs
+            .iter()
+            .find(|t| t.name == name)
+            .ok_or_else(|| format!("missing output {name}"))
+    }
+
+    /// Takes the output called `name` out of the response, to pass it on without copying its data.
+    pub fn take_output(&mut self, name: &str) -> Result<Tensor, String> {
+        let at = self
+            .outputs
+            .iter()
+            .position(|t| t.name == name)
+            .ok_or_else(|| format!("missing output {name}"))?;
+        Ok(self.outputs.swap_remove(at))
+    }
+}
+
+/// Runs `request` on the newest ready version of `model` (Triton's BLS), through the server's normal checks
+/// and scheduler. Its tensors move to the host; every failure comes back as `Err` with the callee's
+/// message.
+pub fn infer(model: &str, request: Request) -> Result<Response, String> {
+    host::infer(model, "", request)
+}

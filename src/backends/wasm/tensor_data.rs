@@ -1,0 +1,63 @@
+//! `tessera:backend/types.tensor-data`: tensor elements the host holds for a plugin. A request's inputs
+//! reach the plugin as handles to the bytes the frontend decoded, and a handle the plugin returns or passes
+//! to another model goes back as those same bytes, so a tensor the plugin only routes is never copied. The
+//! plugin pays one copy when it reads a tensor and one when it makes one.
+//!
+//! Handles the plugin asks for (new tensors, shared handles, BLS answers) count against the instance's
+//! memory cap (`limits::MemoryCap`): the host's memory would otherwise be a way around it. A request's
+//! inputs do not: the server holds them anyway, and its request size limit bounds them.
+
+use bytes::Bytes;
+use wasmtime::component::Resource;
+
+use super::bindings::tessera::backend::types;
+use super::host::StoreState;
+
+/// What a `tensor-data` handle stands for: the bytes, and what they count against the memory cap.
+pub struct HeldData {
+    data: Bytes,
+    cost: usize,
+}
+
+impl StoreState {
+    /// Gives the plugin a handle to bytes the host already has (a request's input).
+    pub fn hand_over(&mut self, data: Bytes) -> wasmtime::Result<Resource<HeldData>> {
+        Ok(self.table.push(HeldData { data, cost: 0 })?)
+    }
+
+    /// Gives the plugin a handle to bytes it asked for, within its memory cap.
+    pub fn hold(&mut self, data: Bytes) -> wasmtime::Result<Resource<HeldData>> {
+        let cost = self.memory.hold(data.len())?;
+        Ok(self.table.push(HeldData { data, cost })?)
+    }
+
+    /// Takes back the bytes behind a handle the plugin returned, passed on or dropped.
+    pub fn take_back(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Bytes> {
+        let held = self.table.delete(handle)?;
+        self.memory.release(held.cost);
+        Ok(held.data)
+    }
+}
+
+impl types::HostTensorData for StoreState {
+    async fn new(&mut self, bytes: Vec<u8>) -> wasmtime::Result<Resource<HeldData>> {
+        self.hold(Bytes::from(bytes))
+    }
+
+    async fn read(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Vec<u8>> {
+        Ok(self.table.get(&handle)?.data.to_vec())
+    }
+
+    async fn byte_size(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<u64> {
+        Ok(self.table.get(&handle)?.data.len() as u64)
+    }
+
+    async fn share(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Resource<HeldData>> {
+        let data = self.table.get(&handle)?.data.clone();
+        self.hold(data)
+    }
+
+    async fn drop(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<()> {
+        self.take_back(handle).map(drop)
+    }
+}
