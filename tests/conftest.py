@@ -147,6 +147,7 @@ class Server:
 @pytest.fixture(scope="session", autouse=True)
 def built():
     needed = [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm", PLUGINS / "sleep.wasm", PLUGINS / "bls.wasm",
+              PLUGINS / "filetype.wasm", ROOT / "model_repository/filetype/1/model.wasm", ROOT / "model_repository/magika/1/model.onnx",
               MINILM_TOKENIZER,
               ROOT / "model_repository/simple_onnx/1/model.onnx", ROOT / "model_repository/minilm/1/model.onnx"]
     missing = [p for p in needed if not p.exists()]

@@ -9,7 +9,7 @@
 //! every one of them and keep serving. It also prints a line when initialised and one when finalised, to
 //! show that guest stdout reaches the server log and to let tests count instance lifecycles.
 
-use tessera_plugin::{Args, Model, Request, Response, Tensor};
+use tessera_plugin::{Args, DataType, Model, Request, Response, Tensor};
 
 struct Faulty {
     /// This instance's name, as `initialize` was told it.
@@ -57,10 +57,10 @@ impl Model for Faulty {
                 Err(e) => Err(format!("writing into /model failed: {e}")),
             },
             Some(7) => {
-                let chunk = vec![7u8; 8 << 20];
+                let chunk = vec![7u8; 16 << 20];
                 let mut hoard = Vec::new();
                 loop {
-                    hoard.push(Tensor::new("X", [chunk.len() as i64], &chunk));
+                    hoard.push(Tensor::from_bytes("X", DataType::Uint8, [chunk.len() as i64], chunk.clone()));
                 }
             }
             Some(8) => {
