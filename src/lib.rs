@@ -5,6 +5,7 @@
 
 pub mod backends;
 pub mod cli;
+pub mod content_hash;
 pub mod error;
 pub mod frontends;
 pub mod inference;

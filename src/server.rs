@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::{onnx::OnnxRuntime, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
+use crate::backends::{onnx::OnnxRuntime, python::PythonBuilder, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::error::Result;
 use crate::error::Error;
@@ -131,6 +131,10 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     options.check().map_err(anyhow::Error::msg)?;
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
+    let python = PythonBuilder::new(
+        options.backend_setting("python", "componentize-py").map(std::path::PathBuf::from),
+        cache_dir.as_deref(),
+    );
     let auto_complete_disabled = options.disable_auto_complete_config;
     let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
@@ -142,6 +146,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         let runtimes = Runtimes {
             wasm: WasmRuntime::new(cache_dir, plugin_peers).context("cannot create the WebAssembly engine")?,
             onnx: OnnxRuntime::new(onnx_library),
+            python,
             complete_configs: !auto_complete_disabled,
         };
         Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name })

@@ -7,6 +7,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -16,6 +17,8 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARY = ROOT / "target" / "release" / "tessera"
 PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
 MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
+# Where the venv's tools live: componentize-py builds Python models, as `scripts/dev serve` finds it.
+VENV_BIN = pathlib.Path(sys.executable).parent
 
 # Every KServe data type that tritonclient can send from numpy, with its config name.
 DTYPES = {
@@ -98,7 +101,8 @@ class Server:
             *flags,
         ]
         self.log_file = open(self.log_path, "w")
-        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})})
+        path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(env or {})})
 
     @property
     def http_url(self):
@@ -148,6 +152,7 @@ class Server:
 def built():
     needed = [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm", PLUGINS / "sleep.wasm", PLUGINS / "bls.wasm",
               PLUGINS / "filetype.wasm", ROOT / "model_repository/filetype/1/model.wasm", ROOT / "model_repository/magika/1/model.onnx",
+              ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py",
               MINILM_TOKENIZER,
               ROOT / "model_repository/simple_onnx/1/model.onnx", ROOT / "model_repository/minilm/1/model.onnx"]
     missing = [p for p in needed if not p.exists()]
@@ -194,6 +199,23 @@ def repo(tmp_path_factory):
     (root / "no_versions").mkdir()
     (root / "no_versions" / "config.pbtxt").write_text(identity_config("no_versions", "TYPE_FP32"))
     return root
+
+
+@pytest.fixture(scope="session")
+def component_cache(tmp_path_factory):
+    """A compiled-component cache shared by the servers that load Python models, so each model.py is
+    built (seconds) once per test session rather than once per server."""
+    return tmp_path_factory.mktemp("components")
+
+
+@pytest.fixture(scope="session")
+def default_server(tmp_path_factory, component_cache):
+    """The server on the default repository, exactly as `scripts/dev serve` runs it. Its first start
+    builds the Python models, hence the long wait."""
+    server = Server([ROOT / "model_repository"], tmp_path_factory.mktemp("default"), cache_dir=component_cache)
+    server.wait_live(timeout=600)
+    yield server
+    assert server.stop() == 0, server.log()
 
 
 @pytest.fixture(scope="session")

@@ -14,7 +14,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from magika import Magika
 
-from conftest import ROOT, Server
+from conftest import ROOT
 
 
 def png(width=48, height=32):
@@ -68,14 +68,6 @@ FILES = {
 }
 # Decided without the model, as Magika does: nothing at all, and too few bytes to be worth a call.
 SHORT = {"empty": b"", "txt": b"hi!\n", "unknown": b"\xff\xfe\x00"}
-
-
-@pytest.fixture(scope="module")
-def default_server(tmp_path_factory):
-    """The server on the default repository, exactly as `scripts/dev serve` runs it."""
-    server = Server([ROOT / "model_repository"], tmp_path_factory.mktemp("default")).wait_live()
-    yield server
-    assert server.stop() == 0, server.log()
 
 
 def classify(module, url, files):

@@ -7,6 +7,7 @@
 //! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
 pub mod onnx;
+pub mod python;
 pub mod wasm;
 
 use std::path::Path;
@@ -61,18 +62,20 @@ pub struct LoadContext<'a> {
 pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
+    /// Builds Python models into Wasm components.
+    pub python: python::PythonBuilder,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
     pub complete_configs: bool,
 }
 
 impl Runtimes {
-    pub const AVAILABLE: [&'static str; 2] = ["wasm", "onnxruntime"];
+    pub const AVAILABLE: [&'static str; 3] = ["wasm", "python", "onnxruntime"];
 
     /// Fills in what a config leaves out from the model itself, as Triton's backends do: the platform
     /// from the model file when the config names none, then (ONNX) inputs, outputs and batching from the
-    /// graph of the `newest` version directory, or (Wasm) whatever the plugin's `auto-complete-config`
-    /// answers, as Triton's python backend asks every model. An ONNX config that names everything is left
-    /// alone.
+    /// graph of the `newest` version directory, or (Wasm, Python) whatever the plugin's
+    /// `auto-complete-config` answers, as Triton's python backend asks every model. An ONNX config that
+    /// names everything is left alone.
     pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> std::result::Result<(), String> {
         if config.platform.is_empty() && config.backend.is_empty() {
             if let Some(dir) = newest {
@@ -80,13 +83,23 @@ impl Runtimes {
                     config.platform = "onnxruntime_onnx".into();
                 } else if dir.join("model.wasm").is_file() {
                     config.backend = "wasm".into();
+                } else if dir.join("model.py").is_file() {
+                    config.backend = "python".into();
                 }
             }
         }
         let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
-        match (is_onnx, config.backend == "wasm", newest) {
-            (true, _, Some(dir)) => self.onnx.auto_complete(config, dir),
-            (_, true, Some(dir)) => self.wasm.auto_complete(config, dir),
+        match (config.backend.as_str(), newest) {
+            (_, Some(dir)) if is_onnx => self.onnx.auto_complete(config, dir),
+            ("wasm", Some(dir)) => match wasm::plugin_path(config, dir) {
+                Some(plugin) => self.wasm.auto_complete(config, dir, &plugin),
+                // Without a plugin file there is nothing to ask; the load then fails saying it is missing.
+                None => Ok(()),
+            },
+            ("python", Some(dir)) => {
+                let component = self.python.component(dir, config)?;
+                self.wasm.auto_complete(config, dir, &component)
+            }
             _ => Ok(()),
         }
     }
@@ -95,7 +108,14 @@ impl Runtimes {
     /// blocking thread.
     pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<Arc<dyn Backend>, String> {
         match ctx.config.backend.as_str() {
-            "wasm" => Ok(Arc::new(self.wasm.load(ctx)?)),
+            "wasm" => {
+                let plugin = ctx.version_dir.join(wasm::plugin_file(ctx.config));
+                Ok(Arc::new(self.wasm.load(ctx, &plugin)?))
+            }
+            "python" => {
+                let component = self.python.component(ctx.version_dir, ctx.config)?;
+                Ok(Arc::new(self.wasm.load(ctx, &component)?))
+            }
             "onnxruntime" => Ok(Arc::new(self.onnx.load(ctx)?)),
             other => {
                 let what = if ctx.config.platform.is_empty() {

@@ -77,10 +77,11 @@ impl WasmRuntime {
         })
     }
 
-    /// Compiles (or loads from cache) and links the model's component, then checks it exports the world.
-    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<WasmModel, String> {
+    /// Compiles (or loads from cache) and links the component at `component` (the version's plugin, or a
+    /// Python model's build), then checks it exports the world.
+    pub fn load(&self, ctx: &LoadContext<'_>, component: &Path) -> std::result::Result<WasmModel, String> {
         let label = format!("{}:{}", ctx.model, ctx.version);
-        let mut plugin = self.link(&label, ctx.version_dir, ctx.config)?;
+        let mut plugin = self.link(&label, component, ctx.version_dir, ctx.config)?;
         plugin.base_args = vec![
             ("model_name".into(), ctx.model.to_string()),
             ("model_version".into(), ctx.version.to_string()),
@@ -95,35 +96,32 @@ impl WasmRuntime {
         Ok(WasmModel(Arc::new(plugin)))
     }
 
-    /// Lets the plugin in `version_dir` complete its own configuration, as Triton's python backend calls
-    /// `TritonPythonModel.auto_complete_config`: `auto-complete-config` runs on a fresh instance that is
-    /// never initialised, with the config as Triton-style JSON, and its answer replaces the config. Blocks:
-    /// call it from a blocking thread of the runtime.
-    /// Without a plugin file there is nothing to ask; the load then fails saying the file is missing.
+    /// Lets the plugin `component` (of the model in `version_dir`) complete its own configuration, as
+    /// Triton's python backend calls `TritonPythonModel.auto_complete_config`: `auto-complete-config` runs
+    /// on a fresh instance that is never initialised, with the config as Triton-style JSON, and its answer
+    /// replaces the config. Blocks: call it from a blocking thread of the runtime.
     pub fn auto_complete(
         &self,
         config: &mut ModelConfig,
         version_dir: &Path,
+        component: &Path,
     ) -> std::result::Result<(), String> {
-        if !version_dir.join(plugin_file(config)).is_file() {
-            return Ok(());
-        }
         let label = format!("{}:auto-complete", config.name);
-        let plugin = self.link(&label, version_dir, config)?;
+        let plugin = self.link(&label, component, version_dir, config)?;
         let json = model_config::to_json(config).to_string();
         let answer = tokio::runtime::Handle::current().block_on(plugin.auto_complete(&json))?;
         *config = model_config::parse_json(&answer, "the plugin's auto-complete-config answer")?;
         Ok(())
     }
 
-    /// The linked component of the plugin in `version_dir`, with the limits its config sets.
+    /// The linked component at `path`, sandboxed in `version_dir`, with the limits its config sets.
     fn link(
         &self,
         label: &str,
+        path: &Path,
         version_dir: &Path,
         config: &ModelConfig,
     ) -> std::result::Result<Plugin, String> {
-        let path = version_dir.join(plugin_file(config));
         let wasm = std::fs::read(&path)
             .map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
         let label: Arc<str> = label.into();
@@ -187,8 +185,13 @@ impl Linked {
     }
 }
 
+/// The plugin of the model in `version_dir`, if its file is there.
+pub fn plugin_path(config: &ModelConfig, version_dir: &Path) -> Option<PathBuf> {
+    Some(version_dir.join(plugin_file(config))).filter(|path| path.is_file())
+}
+
 /// The plugin's file name in a version directory: `default_model_filename`, else `model.wasm`.
-fn plugin_file(config: &ModelConfig) -> &str {
+pub fn plugin_file(config: &ModelConfig) -> &str {
     match config.default_model_filename.as_str() {
         "" => "model.wasm",
         name => name,
