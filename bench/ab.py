@@ -32,11 +32,12 @@ def main():
     parser.add_argument("--a", required=True, help="the baseline binary")
     parser.add_argument("--b", required=True, help="the changed binary")
     parser.add_argument("--repository", required=True)
+    parser.add_argument("--b-repository", help="B's own repository, when its plugins differ (a changed plugin contract)")
     parser.add_argument("--point", action="append", required=True, help="model:protocol:concurrency")
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--measurement-ms", type=int, default=2000)
     args = parser.parse_args()
-    servers = {"A": server("ab-a", args.a, args.repository), "B": server("ab-b", args.b, args.repository)}
+    servers = {"A": server("ab-a", args.a, args.repository), "B": server("ab-b", args.b, args.b_repository or args.repository)}
     for s in servers.values():
         s.start()
     try:

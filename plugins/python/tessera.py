@@ -9,7 +9,7 @@ A Triton Python model ports by changing one import::
 `get_output_config_by_name`, `Logger` and, for `auto_complete_config`, `ModelConfig` keep their names and
 meaning. Tensors hold Python lists instead of numpy arrays: `as_list()` reads one (nested by its shape),
 `Tensor(name, values)` makes one (its data type comes from the model config's output of that name, or is
-given). A tensor passed on unread (into a response or a BLS request) is never copied.
+given). A large tensor passed on unread (into a response or a BLS request) is never copied.
 """
 
 import json
@@ -38,6 +38,9 @@ _TYPES = [
 ]
 _BY_NAME = {name: (wit, fmt) for name, wit, fmt in _TYPES}
 _NAME_OF = {wit: name for name, wit, _ in _TYPES}
+
+# Tensors up to this size travel inline (a copy is cheaper than a call to the host); larger ones as handles.
+_INLINE_MAX = 16 * 1024
 
 # The model configuration (Triton-style JSON as a dict), set at initialize: output data types come from it.
 _model_config = {}
@@ -80,7 +83,11 @@ class Tensor:
     def _wrap(cls, wit_tensor):
         tensor = cls.__new__(cls)
         tensor._name, tensor._datatype = wit_tensor.name, _NAME_OF[wit_tensor.datatype]
-        tensor._shape, tensor._bytes, tensor._handle = list(wit_tensor.shape), None, wit_tensor.data
+        tensor._shape = list(wit_tensor.shape)
+        if isinstance(wit_tensor.data, types.TensorBytes_Inline):
+            tensor._bytes, tensor._handle = wit_tensor.data.value, None
+        else:
+            tensor._bytes, tensor._handle = None, wit_tensor.data.value
         return tensor
 
     def name(self):
@@ -121,7 +128,12 @@ class Tensor:
         return tensor
 
     def _to_wit(self):
-        data = self._handle.share() if self._handle is not None else types.TensorData(self._bytes)
+        if self._handle is not None:
+            data = types.TensorBytes_Held(self._handle.share())
+        elif len(self._bytes) <= _INLINE_MAX:
+            data = types.TensorBytes_Inline(self._bytes)
+        else:
+            data = types.TensorBytes_Held(types.TensorData(self._bytes))
         return types.Tensor(self._name, _BY_NAME[self._datatype][0], list(self._shape), data)
 
 

@@ -61,6 +61,7 @@ impl Model for Faulty {
                 let mut hoard = Vec::new();
                 loop {
                     hoard.push(Tensor::from_bytes("X", DataType::Uint8, [chunk.len() as i64], chunk.clone()));
+                    // (16 MiB is far above INLINE_MAX: each one is held by the host.)
                 }
             }
             Some(8) => {

@@ -2,8 +2,8 @@
 //! builds it once per instance from the facts Triton would pass, `execute` answers one request at a time
 //! (or a whole batch, if it overrides `execute_batch`), and [`export!`] turns it into the component that
 //! `wit/backend.wit` describes. Tensors are read and made as typed slices ([`Tensor::values`],
-//! [`Tensor::new`], [`Tensor::strings`] for BYTES); a tensor the plugin only passes on (to its response or
-//! to another model with [`infer`]) stays in the host and is never copied.
+//! [`Tensor::new`], [`Tensor::strings`] for BYTES); a large tensor the plugin only passes on (to its
+//! response or to another model with [`infer`]) stays in the host and is never copied.
 //!
 //! ```ignore
 //! use tessera_plugin::{Args, Model, Request, Response, Tensor};
@@ -45,11 +45,11 @@ pub mod bindings {
 
 pub use bindings::tessera::backend::host::{log, model_ready};
 pub use bindings::tessera::backend::types::{
-    DataType, LogLevel, ParameterValue, Request, Response, Tensor, TensorData,
+    DataType, LogLevel, ParameterValue, Request, Response, Tensor, TensorBytes, TensorData,
 };
 pub use model::{Args, Model};
 pub use request::infer;
-pub use tensor::Element;
+pub use tensor::{Element, INLINE_MAX};
 
 /// Exports a [`Model`] type as the plugin's component: `tessera_plugin::export!(MyModel);` once, at the
 /// top level of the crate.

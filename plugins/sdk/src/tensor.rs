@@ -1,8 +1,12 @@
-//! Typed access to tensors. Reading copies the elements out of the host once ([`Tensor::values`],
-//! [`Tensor::strings`], [`Tensor::bytes`]); making one copies them in once ([`Tensor::new`]); renaming or
-//! sharing copies nothing.
+//! Typed access to tensors. Reading a large tensor copies its elements out of the host once
+//! ([`Tensor::values`], [`Tensor::strings`], [`Tensor::bytes`]); making one copies them in once
+//! ([`Tensor::new`]); renaming or sharing a large one copies nothing. Small tensors (up to
+//! [`INLINE_MAX`]) travel inline, where a copy costs less than a call to the host.
 
-use crate::{DataType, Tensor, TensorData};
+use crate::{DataType, Tensor, TensorBytes, TensorData};
+
+/// The largest tensor the SDK sends inline; larger ones go to the host as `tensor-data`.
+pub const INLINE_MAX: usize = 16 * 1024;
 
 /// An element type with a fixed size, stored little-endian.
 pub trait Element: Copy {
@@ -85,12 +89,12 @@ impl Tensor {
         shape: impl Into<Vec<i64>>,
         data: Vec<u8>,
     ) -> Tensor {
-        Tensor {
-            name: name.into(),
-            datatype,
-            shape: shape.into(),
-            data: TensorData::new(&data),
-        }
+        let data = if data.len() <= INLINE_MAX {
+            TensorBytes::Inline(data)
+        } else {
+            TensorBytes::Held(TensorData::new(&data))
+        };
+        Tensor { name: name.into(), datatype, shape: shape.into(), data }
     }
 
     /// The elements as `T`, which must be the tensor's data type.
@@ -117,7 +121,7 @@ impl Tensor {
         }
         let data = self.bytes();
         let mut items = Vec::new();
-        let mut rest = data.as_slice();
+        let mut rest = &data[..];
         while !rest.is_empty() {
             let (length, tail) = rest
                 .split_at_checked(4)
@@ -133,8 +137,11 @@ impl Tensor {
     }
 
     /// The raw little-endian bytes.
-    pub fn bytes(&self) -> Vec<u8> {
-        self.data.read()
+    pub fn bytes(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.data {
+            TensorBytes::Inline(bytes) => std::borrow::Cow::Borrowed(bytes),
+            TensorBytes::Held(handle) => std::borrow::Cow::Owned(handle.read()),
+        }
     }
 
     /// The number of elements its shape holds.
@@ -150,15 +157,14 @@ impl Tensor {
         }
     }
 
-    /// A second tensor with the same name, shape and data, for a tensor that goes to two places; nothing is
-    /// copied.
+    /// A second tensor with the same name, shape and data, for a tensor that goes to two places; a large
+    /// one's data is not copied.
     pub fn share(&self) -> Tensor {
-        Tensor {
-            name: self.name.clone(),
-            datatype: self.datatype,
-            shape: self.shape.clone(),
-            data: self.data.share(),
-        }
+        let data = match &self.data {
+            TensorBytes::Inline(bytes) => TensorBytes::Inline(bytes.clone()),
+            TensorBytes::Held(handle) => TensorBytes::Held(handle.share()),
+        };
+        Tensor { name: self.name.clone(), datatype: self.datatype, shape: self.shape.clone(), data }
     }
 }
 

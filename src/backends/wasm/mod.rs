@@ -40,7 +40,9 @@ mod bindings {
     wasmtime::component::bindgen!({
         path: "wit",
         world: "backend",
-        imports: { default: async | trappable },
+        // Tensor handles are plain table operations: synchronous host calls, which cost much less than
+        // async ones. Everything else (BLS calls wait for other models) is async.
+        imports: { "tessera:backend/types": trappable, default: async | trappable },
         exports: { default: async },
         with: { "tessera:backend/types.tensor-data": super::tensor_data::HeldData },
     });

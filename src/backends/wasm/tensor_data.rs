@@ -40,24 +40,24 @@ impl StoreState {
 }
 
 impl types::HostTensorData for StoreState {
-    async fn new(&mut self, bytes: Vec<u8>) -> wasmtime::Result<Resource<HeldData>> {
+    fn new(&mut self, bytes: Vec<u8>) -> wasmtime::Result<Resource<HeldData>> {
         self.hold(Bytes::from(bytes))
     }
 
-    async fn read(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Vec<u8>> {
+    fn read(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Vec<u8>> {
         Ok(self.table.get(&handle)?.data.to_vec())
     }
 
-    async fn byte_size(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<u64> {
+    fn byte_size(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<u64> {
         Ok(self.table.get(&handle)?.data.len() as u64)
     }
 
-    async fn share(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Resource<HeldData>> {
+    fn share(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Resource<HeldData>> {
         let data = self.table.get(&handle)?.data.clone();
         self.hold(data)
     }
 
-    async fn drop(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<()> {
+    fn drop(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<()> {
         self.take_back(handle).map(drop)
     }
 }
