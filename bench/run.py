@@ -143,14 +143,17 @@ def triton_server(repo):
     return Server("triton", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
-def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50):
+def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
-    `-s`, the percentage by which consecutive windows may differ."""
+    `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
+    (random by default)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
                    "--concurrency-range", str(concurrency), "-s", str(stability), "--max-trials", "20", "--measurement-interval", str(measurement_ms),
                    "--percentile", "99", "-f", out.name]
+        if input_data:
+            command += ["--input-data", input_data]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
         result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
         if result.returncode != 0:
