@@ -5,6 +5,7 @@
 
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -61,10 +62,16 @@ fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
 }
 
 /// Writes atomically (temporary file, then rename), so a concurrent reader or a crash never sees half a file.
+/// Each write has a temporary file of its own: loads of models sharing a plugin compile it at the same
+/// time, and with one shared temporary name a second writer truncated the file that the first had just
+/// renamed into place while a third had it mapped, which killed the server with SIGBUS.
 fn store(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    static WRITES: AtomicU64 = AtomicU64::new(0);
     let dir = path.parent().expect("cache entries live in the cache directory");
     std::fs::create_dir_all(dir)?;
-    let temporary = dir.join(format!(".{}.{}.tmp", std::process::id(), path.file_name().unwrap().to_string_lossy()));
+    let write = WRITES.fetch_add(1, Ordering::Relaxed);
+    let name = path.file_name().unwrap().to_string_lossy();
+    let temporary = dir.join(format!(".{}.{write}.{name}.tmp", std::process::id()));
     std::fs::write(&temporary, bytes)?;
     std::fs::rename(&temporary, path)
 }
