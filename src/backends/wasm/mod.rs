@@ -215,17 +215,23 @@ struct Plugin {
 }
 
 impl Plugin {
-    /// A fresh store and instance, initialised: used at load and after every trap.
-    async fn instantiate(
-        &self,
-        args: &[(String, String)],
-    ) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+    /// A new store with the plugin's sandbox and limits, and an instance in it, not yet initialised.
+    async fn fresh_instance(&self) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = self.new_store()?;
         let bindings = self
             .pre
             .instantiate_async(&mut store)
             .await
             .map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        Ok((store, bindings))
+    }
+
+    /// A fresh store and instance, initialised: used at load and after every trap.
+    async fn instantiate(
+        &self,
+        args: &[(String, String)],
+    ) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+        let (mut store, bindings) = self.fresh_instance().await?;
         refuel(&mut store, &self.limits);
         bindings
             .call_initialize(&mut store, args)
@@ -237,12 +243,7 @@ impl Plugin {
 
     /// Runs `auto-complete-config` on a fresh, uninitialised instance, within the execute timeout.
     async fn auto_complete(&self, config_json: &str) -> std::result::Result<String, String> {
-        let mut store = self.new_store()?;
-        let bindings = self
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        let (mut store, bindings) = self.fresh_instance().await?;
         store.data_mut().deadline = limits::deadline(&self.limits);
         refuel(&mut store, &self.limits);
         bindings
