@@ -1,7 +1,7 @@
 """The plugin paths at concurrency 1, in one run: the same add/sub logic as a Rust Wasm plugin (`simple`),
-a Python plugin (`add_sub_python`, componentize-py), a JavaScript plugin (`add_sub_js`, when setup built
-it) and, as the baseline without a plugin, ONNX Runtime (`simple_onnx`), all in one Tessera server; and
-Triton's python backend on the same logic (`simple` with bench/triton_simple/model.py). Every model is
+a Python plugin (`add_sub_python`, componentize-py), a JavaScript plugin (`add_sub_js`) and a C plugin
+(`add_sub_c`), each when setup built it, and, as the baseline without a plugin, ONNX Runtime
+(`simple_onnx`), all in one Tessera server; and Triton's python backend on the same logic (`simple` with bench/triton_simple/model.py). Every model is
 measured with perf_analyzer over HTTP and gRPC, the servers interleaved trial by trial. Prints per model the
 median p50 and throughput, the plugin path's overhead over the ONNX baseline, and the ratio to Triton's
 python backend (median of the per-trial ratios).
@@ -19,7 +19,7 @@ import sys
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from run import CACHE, ROOT, TESSERA, perf_analyzer, prepare_repositories, ratio, tessera_server, triton_server  # noqa: E402
 
-MODELS = ["simple", "add_sub_python", "add_sub_js", "simple_onnx"]
+MODELS = ["simple", "add_sub_python", "add_sub_js", "add_sub_c", "simple_onnx"]
 
 
 def plugin_repository():
@@ -71,7 +71,7 @@ def main():
     print("| protocol | model | path | infer/s | p50 µs | overhead vs ONNX µs | p50 / Triton python backend |")
     print("|---|---|---|---|---|---|---|")
     paths = {"simple": "Rust Wasm plugin", "add_sub_python": "Python plugin (componentize-py)",
-             "add_sub_js": "JavaScript plugin (componentize-js)", "simple_onnx": "ONNX Runtime (no plugin)",
+             "add_sub_js": "JavaScript plugin (componentize-js)", "add_sub_c": "C plugin (clang, wasi-libc)", "simple_onnx": "ONNX Runtime (no plugin)",
              "triton": "Triton 2.51 python backend"}
     for protocol, runs in results.items():
         base = statistics.median(r[1] for r in runs["simple_onnx"]) if "simple_onnx" in runs else None
