@@ -16,20 +16,12 @@ impl Request {
 
     /// The input called `name`.
     pub fn input(&self, name: &str) -> Result<&Tensor, String> {
-        self.inputs
-            .iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| format!("missing input {name}"))
+        find_named(&self.inputs, name, "input")
     }
 
     /// Takes the input called `name` out of the request, to pass it on without copying its data.
     pub fn take_input(&mut self, name: &str) -> Result<Tensor, String> {
-        let at = self
-            .inputs
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| format!("missing input {name}"))?;
-        Ok(self.inputs.swap_remove(at))
+        take_named(&mut self.inputs, name, "input")
     }
 
     /// The request parameter `key`, if the client sent it.
@@ -69,21 +61,30 @@ impl Response {
 
     /// The output called `name` (of a response from [`infer`]).
     pub fn output(&self, name: &str) -> Result<&Tensor, String> {
-        self.outputs
-            .iter()
-            .find(|t| t.name == name)
-            .ok_or_else(|| format!("missing output {name}"))
+        find_named(&self.outputs, name, "output")
     }
 
     /// Takes the output called `name` out of the response, to pass it on without copying its data.
     pub fn take_output(&mut self, name: &str) -> Result<Tensor, String> {
-        let at = self
-            .outputs
-            .iter()
-            .position(|t| t.name == name)
-            .ok_or_else(|| format!("missing output {name}"))?;
-        Ok(self.outputs.swap_remove(at))
+        take_named(&mut self.outputs, name, "output")
     }
+}
+
+/// The tensor called `name` among `tensors`; `kind` ("input", "output") names it in the error.
+fn find_named<'a>(tensors: &'a [Tensor], name: &str, kind: &str) -> Result<&'a Tensor, String> {
+    tensors
+        .iter()
+        .find(|t| t.name == name)
+        .ok_or_else(|| format!("missing {kind} {name}"))
+}
+
+/// Removes the tensor called `name` from `tensors` and returns it (order is not kept).
+fn take_named(tensors: &mut Vec<Tensor>, name: &str, kind: &str) -> Result<Tensor, String> {
+    let at = tensors
+        .iter()
+        .position(|t| t.name == name)
+        .ok_or_else(|| format!("missing {kind} {name}"))?;
+    Ok(tensors.swap_remove(at))
 }
 
 /// Runs `request` on the newest ready version of `model` (Triton's BLS), through the server's normal checks
