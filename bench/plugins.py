@@ -3,9 +3,8 @@ a Python plugin (`add_sub_python`, componentize-py), a JavaScript plugin (`add_s
 (`add_sub_c`), each when setup built it, and, as the baseline without a plugin, ONNX Runtime
 (`simple_onnx`), all in one Tessera server; and Triton's python backend on the same logic (`simple` with
 bench/triton_simple/model.py). Every model is measured with perf_analyzer over HTTP and gRPC, the servers
-interleaved trial by trial. Prints per model the
-median p50 and throughput, the plugin path's overhead over the ONNX baseline, and the ratio to Triton's
-python backend (median of the per-trial ratios).
+interleaved trial by trial. Prints per model the median p50 and throughput, the plugin path's overhead
+over the ONNX baseline, and the ratio to Triton's python backend (median of the per-trial ratios).
 
 Run through `scripts/dev bench` (after bench/run.py, whose Triton install and repositories it reuses).
 """
