@@ -59,9 +59,9 @@ impl Model for Faulty {
             Some(7) => {
                 let chunk = vec![7u8; 16 << 20];
                 let mut hoard = Vec::new();
+                // 16 MiB is far above INLINE_MAX, so each tensor is held by the host.
                 loop {
                     hoard.push(Tensor::from_bytes("X", DataType::Uint8, [chunk.len() as i64], chunk.clone()));
-                    // (16 MiB is far above INLINE_MAX: each one is held by the host.)
                 }
             }
             Some(8) => {
