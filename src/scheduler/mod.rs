@@ -1,11 +1,11 @@
 //! Moves requests to backend instances. Each model version has a pool of instances (`instance_group`
 //! count); a request waits, in arrival order, for an idle instance (a fair semaphore is the queue), then
-//! runs on it. The execution is spawned as a task of its own so that a client that disconnects mid-request
-//! cannot abandon an instance half-way through a call: the call finishes and the instance goes back to
-//! the pool. Spawned from a runtime thread, that task runs next on the same thread, so no hand-off to
-//! another thread happens on the way.
+//! runs on it, in the caller's task (`in_flight`): a client that disconnects mid-request cannot abandon an
+//! instance half-way through a call, because the rest of the call moves onto a task of its own, finishes,
+//! and the instance goes back to the pool; an instance whose call panicked is retired.
 
 pub mod batcher;
+mod in_flight;
 pub mod queue;
 pub mod stats;
 
@@ -19,6 +19,7 @@ use crate::backends::Instance;
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
 use crate::tensor::Tensor;
+use in_flight::InFlight;
 use stats::Timing;
 
 /// What became of one request in the pool.
@@ -86,7 +87,7 @@ impl InstancePool {
         let dequeued = Instant::now();
         let queue = Duration::ZERO;
         let mut lease = Lease::take(self.shared.clone(), reservation.0);
-        let run = tokio::spawn(async move {
+        let run = InFlight::new(async move {
             let started = Instant::now();
             let mut results = lease.instance().execute(std::slice::from_ref(&request)).await;
             let result = results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")));
@@ -160,5 +161,66 @@ impl Drop for Lease {
         }
         self.shared.idle.lock().expect("pool lock").push(instance);
         drop(permit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+
+    fn request() -> InferenceRequest {
+        InferenceRequest {
+            model: "m".into(),
+            version: String::new(),
+            id: String::new(),
+            inputs: Vec::new(),
+            requested_outputs: Vec::new(),
+            parameters: Vec::new(),
+        }
+    }
+
+    struct Panicking;
+
+    #[async_trait]
+    impl Instance for Panicking {
+        async fn execute(&mut self, _: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+            panic!("boom")
+        }
+    }
+
+    /// Takes 50 ms per call and counts the calls that ran to the end.
+    struct Slow(Arc<AtomicUsize>);
+
+    #[async_trait]
+    impl Instance for Slow {
+        async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            self.0.fetch_add(1, Ordering::SeqCst);
+            requests.iter().map(|_| Ok(Vec::new())).collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panicking_instance_fails_its_request_and_is_retired() {
+        let pool = InstancePool::new("m:1", vec![Box::new(Panicking)]);
+        let first = pool.execute(request()).await;
+        let message = first.result.unwrap_err().to_string();
+        assert!(message.contains("model 'm:1' failed while executing: panicked: boom"), "{message}");
+        // Its only instance retired, the pool refuses what comes next instead of waiting for ever.
+        let second = pool.execute(request()).await;
+        assert!(matches!(second.result, Err(Error::Unavailable(_))), "{:?}", second.result);
+    }
+
+    #[tokio::test]
+    async fn a_request_abandoned_mid_call_finishes_and_frees_its_instance() {
+        let finished = Arc::new(AtomicUsize::new(0));
+        let pool = InstancePool::new("m:1", vec![Box::new(Slow(finished.clone()))]);
+        let abandoned = tokio::time::timeout(Duration::from_millis(10), pool.execute(request())).await;
+        assert!(abandoned.is_err(), "the first call should still be running when its caller gives up");
+        // The pool's one instance comes back once the abandoned call has run to its end.
+        let next = tokio::time::timeout(Duration::from_secs(5), pool.execute(request())).await.expect("instance freed");
+        assert!(next.result.is_ok());
+        assert_eq!(finished.load(Ordering::SeqCst), 2);
     }
 }
