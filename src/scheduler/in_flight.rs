@@ -59,10 +59,10 @@ impl<T: Send + 'static> Drop for InFlight<T> {
 }
 
 fn panic_message(panic: &(dyn Any + Send)) -> String {
-    match (panic.downcast_ref::<&str>(), panic.downcast_ref::<String>()) {
-        (Some(text), _) => format!("panicked: {text}"),
-        (None, Some(text)) => format!("panicked: {text}"),
-        (None, None) => "panicked".to_string(),
+    let text = panic.downcast_ref::<&str>().copied().or_else(|| panic.downcast_ref::<String>().map(String::as_str));
+    match text {
+        Some(text) => format!("panicked: {text}"),
+        None => "panicked".to_string(),
     }
 }
 
