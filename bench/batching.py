@@ -7,7 +7,10 @@ off; each request runs alone). perf_analyzer at concurrency 16 alternates betwee
 median of the paired throughput ratios. The serving overhead is Tessera's p50 over HTTP at concurrency 1
 minus the p50 of `session.run` on the same input in ONNX Runtime's Python API (same library version, same
 thread count), measured on the heavy model and on `simple_onnx` (add/sub on INT32[16], where the model's
-own time is negligible and the difference is nearly all serving).
+own time is negligible and the difference is nearly all serving). perf_analyzer's p50 includes the client's
+own work and the loopback round trip, so the same requests also go, interleaved with Tessera's, to the floor
+(bench/floor.rs: a server that answers from memory with Tessera's own answers); Tessera's p50 minus the
+floor's minus `session.run` is the part of the overhead that is Tessera's.
 
 Run through `scripts/dev bench-batching` (after setup and bench install).
 """
@@ -21,7 +24,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import CACHE, ROOT, TESSERA, Server, free_port, interleaved, perf_analyzer  # noqa: E402
+from run import CACHE, ROOT, TESSERA, Server, floor_server, free_port, interleaved, perf_analyzer  # noqa: E402
 
 import os  # noqa: E402
 import shutil  # noqa: E402
@@ -105,14 +108,22 @@ def main():
                 by_model.setdefault(model, []).append(perf_analyzer(server, "grpc", 16, args.measurement_ms, model=model))
         # A 300 µs model at concurrency 1 varies more between windows on this noisy machine than 50%.
         single = perf_analyzer(server, "http", 1, args.measurement_ms, model="heavy", stability=100)
-        tiny = [perf_analyzer(server, "http", 1, args.measurement_ms, model="simple_onnx", stability=100) for _ in range(args.trials)]
+        floor = floor_server(server, "simple_onnx")
+        floor.start()
+        try:
+            servers = {"tessera": server, "floor": floor}
+            tiny_runs = interleaved(2 * args.trials, lambda n: perf_analyzer(servers[n], "http", 1, args.measurement_ms, model="simple_onnx", stability=100), names=tuple(servers))
+        finally:
+            floor.stop()
     finally:
         server.stop()
     x = np.random.default_rng(1).standard_normal((1, args.width)).astype(np.float32)
     bare = bare_onnxruntime_p50(repo / "heavy" / "1" / "model.onnx", {"INPUT0": x}, 300, args.intra_threads)
     ints = np.arange(16, dtype=np.int32).reshape(1, 16)
     bare_tiny = bare_onnxruntime_p50(repo / "simple_onnx" / "1" / "model.onnx", {"INPUT0": ints, "INPUT1": ints}, 2000, args.intra_threads)
-    tiny_p50 = statistics.median(t[1] for t in tiny)
+    tiny_p50 = statistics.median(t[1] for t in tiny_runs["tessera"])
+    floor_p50 = statistics.median(t[1] for t in tiny_runs["floor"])
+    own = statistics.median(t[1] - f[1] for t, f in zip(tiny_runs["tessera"], tiny_runs["floor"])) - bare_tiny
     ratio = statistics.median(b[0] / u[0] for b, u in zip(by_model["heavy_batched"], by_model["heavy"]))
     batched = statistics.median(p[0] for p in by_model["heavy_batched"])
     unbatched = statistics.median(p[0] for p in by_model["heavy"])
@@ -128,8 +139,10 @@ def main():
     print()
     print(f"single request, HTTP, concurrency 1: Tessera p50 {single[1]:.0f} µs; bare ONNX Runtime session.run p50 {bare:.0f} µs; "
           f"serving overhead {single[1] - bare:.0f} µs")
-    print(f"single request, HTTP, concurrency 1, simple_onnx (median of {args.trials}): Tessera p50 {tiny_p50:.0f} µs; "
+    print(f"single request, HTTP, concurrency 1, simple_onnx (median of {2 * args.trials}): Tessera p50 {tiny_p50:.0f} µs; "
           f"bare session.run p50 {bare_tiny:.0f} µs; serving overhead {tiny_p50 - bare_tiny:.0f} µs")
+    print(f"the same requests against the floor (a server answering from memory): p50 {floor_p50:.0f} µs, what client and "
+          f"loopback cost alone; Tessera's own share (median of paired Tessera − floor, minus session.run): {own:.0f} µs")
 
 
 if __name__ == "__main__":

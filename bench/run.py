@@ -17,6 +17,8 @@ Run through `scripts/dev bench` (which builds everything and installs the refere
 import argparse
 import csv
 import datetime
+import http.client
+import json
 import os
 import pathlib
 import platform
@@ -143,6 +145,37 @@ def triton_server(repo):
     return Server("triton", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
+def floor_server(tessera, model):
+    """Builds bench/floor.rs (plain rustc, cached), records Tessera's answers for the add/sub `model` (`simple`
+    or `simple_onnx`: metadata, config and one inference with binary outputs, as perf_analyzer asks for them)
+    and returns the floor serving them: perf_analyzer against it measures the client and loopback alone."""
+    source, binary = ROOT / "bench" / "floor.rs", CACHE / "floor"
+    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+        subprocess.run(["rustc", "--edition", "2021", "-O", str(source), "-o", str(binary)], check=True)
+    answers = CACHE / "floor-answers"
+    answers.mkdir(exist_ok=True)
+    host, port = tessera.http.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+
+    def call(method, path, body=None):
+        connection.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+        response = connection.getresponse()
+        return response, response.read()
+
+    (answers / "metadata").write_bytes(call("GET", f"/v2/models/{model}")[1])
+    (answers / "config").write_bytes(call("GET", f"/v2/models/{model}/config")[1])
+    inputs = [{"name": f"INPUT{i}", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))} for i in (0, 1)]
+    outputs = [{"name": f"OUTPUT{i}", "parameters": {"binary_data": True}} for i in (0, 1)]
+    response, body = call("POST", f"/v2/models/{model}/infer", json.dumps({"inputs": inputs, "outputs": outputs}))
+    if response.status != 200:
+        raise SystemExit(f"Tessera refused the floor's recording request: {body!r}")
+    head = "".join(f"{name}: {value}\r\n" for name, value in response.getheaders() if name.lower() != "date")
+    (answers / "infer").write_bytes(f"HTTP/1.1 200 OK\r\n{head}\r\n".encode() + body)
+    connection.close()
+    port = free_port()
+    return Server("floor", [str(binary), str(port), model, str(answers)], dict(os.environ), f"127.0.0.1:{port}", None)
+
+
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
@@ -185,11 +218,11 @@ def client_loop(server, protocol, calls):
     return statistics.median(timings) * 1e6
 
 
-def interleaved(trials, measure):
-    """Runs measure(server) for both servers `trials` times, alternating which goes first."""
-    results = {"tessera": [], "triton": []}
+def interleaved(trials, measure, names=("tessera", "triton")):
+    """Runs measure(name) for both named servers `trials` times, alternating which goes first."""
+    results = {name: [] for name in names}
     for trial in range(trials):
-        order = ["tessera", "triton"] if trial % 2 == 0 else ["triton", "tessera"]
+        order = list(names) if trial % 2 == 0 else list(reversed(names))
         for name in order:
             results[name].append(measure(name))
     return results
@@ -237,6 +270,13 @@ def main():
                 rows.append(row)
                 print(f"  {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s vs triton "
                       f"{row['triton_infer_per_s']:.0f}/s (x{row['throughput_ratio']:.2f})", flush=True)
+        floor = floor_server(servers["tessera"], "simple")
+        floor.start()
+        try:
+            sides = {"tessera": servers["tessera"], "floor": floor}
+            floor_runs = interleaved(args.trials, lambda n: perf_analyzer(sides[n], "http", 1, args.measurement_ms, stability=100), names=tuple(sides))
+        finally:
+            floor.stop()
         loops = {p: interleaved(1, lambda n: client_loop(servers[n], p, args.calls)) for p in ("http", "grpc")}
         loaded = {name: s.rss_mib() for name, s in servers.items()}
     finally:
@@ -246,6 +286,8 @@ def main():
         "start_to_ready_ms": {n: statistics.median(v) * 1000 for n, v in starts.items()},
         "idle_rss_mib": idle, "loaded_rss_mib": loaded,
         "client_loop_us": {p: {n: v[0] for n, v in loops[p].items()} for p in loops},
+        "floor_p50_us": statistics.median(p[1] for p in floor_runs["floor"]),
+        "floor_paired_tessera_p50_us": statistics.median(p[1] for p in floor_runs["tessera"]),
     }
     write_results(rows, summary, args, time.monotonic() - began)
 
@@ -283,6 +325,10 @@ def write_results(rows, summary, args, elapsed):
         f"| RSS after the load | {s['loaded_rss_mib']['tessera']:.1f} MiB | {s['loaded_rss_mib']['triton']:.1f} MiB |",
         f"| tritonclient HTTP, {args.calls} sequential calls, median per call | {s['client_loop_us']['http']['tessera']:.0f} µs | {s['client_loop_us']['http']['triton']:.0f} µs |",
         f"| tritonclient gRPC, {args.calls} sequential calls, median per call | {s['client_loop_us']['grpc']['tessera']:.0f} µs | {s['client_loop_us']['grpc']['triton']:.0f} µs |",
+        "",
+        f"The floor, HTTP concurrency 1: perf_analyzer's p50 against a server that answers from memory (bench/floor.rs) "
+        f"is {s['floor_p50_us']:.0f} µs, what the client and loopback cost alone; Tessera's p50 in the same interleaved "
+        f"trials was {s['floor_paired_tessera_p50_us']:.0f} µs.",
     ]
     text = "\n".join(lines) + "\n"
     (RESULTS / f"bench-{stamp}.md").write_text(text)

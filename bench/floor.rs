@@ -1,0 +1,119 @@
+//! The floor: a KServe v2 HTTP server that does no work, so that perf_analyzer against it measures what the
+//! client and loopback cost on their own. It answers every request from answers captured from a real server
+//! (bench/batching.py captures them from Tessera), keeps its connections alive, and counts the inferences it
+//! served so that the statistics perf_analyzer reads before and after a window add up.
+//!
+//! Standard library only, one blocking thread per connection and the least HTTP/1.1 that perf_analyzer
+//! speaks (request line, Content-Length, keep-alive): the floor must cost less than any real server, and the
+//! harness builds it with plain `rustc -O`, without crate downloads. It is a measuring stick, never a server.
+//!
+//!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
+//!                     headers included, because binary outputs need their Inference-Header-Content-Length)
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+struct Answers {
+    metadata: Vec<u8>,
+    config: Vec<u8>,
+    infer: Vec<u8>,
+    model: String,
+    served: AtomicU64,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if args.len() != 4 {
+        eprintln!("usage: floor PORT MODEL DIR");
+        std::process::exit(2);
+    }
+    let dir = PathBuf::from(&args[3]);
+    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()));
+    let answers = Arc::new(Answers {
+        metadata: read("metadata"),
+        config: read("config"),
+        infer: read("infer"),
+        model: args[2].clone(),
+        served: AtomicU64::new(0),
+    });
+    let listener = TcpListener::bind(("127.0.0.1", args[1].parse::<u16>().expect("PORT"))).expect("bind");
+    for stream in listener.incoming().flatten() {
+        let answers = answers.clone();
+        std::thread::spawn(move || serve(stream, &answers));
+    }
+}
+
+/// One connection: requests one after another until the client closes it.
+fn serve(stream: TcpStream, answers: &Answers) {
+    let _ = stream.set_nodelay(true);
+    let Ok(mut writer) = stream.try_clone() else { return };
+    let mut reader = BufReader::new(stream);
+    while let Some(path) = read_request(&mut reader) {
+        let answer = answer(&path, answers);
+        if writer.write_all(&answer).is_err() {
+            return;
+        }
+    }
+}
+
+/// Reads one request (line, headers, body) and returns its path; None when the connection ended.
+fn read_request(reader: &mut impl BufRead) -> Option<String> {
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let path = line.split_whitespace().nth(1)?.to_string();
+    let mut length = 0usize;
+    loop {
+        let mut header = String::new();
+        if reader.read_line(&mut header).ok()? == 0 {
+            return None;
+        }
+        if header == "\r\n" {
+            break;
+        }
+        if let Some((name, value)) = header.split_once(':') {
+            if name.eq_ignore_ascii_case("content-length") {
+                length = value.trim().parse().ok()?;
+            }
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).ok()?;
+    Some(path)
+}
+
+fn answer(path: &str, answers: &Answers) -> Vec<u8> {
+    if path.ends_with("/infer") {
+        answers.served.fetch_add(1, Ordering::Relaxed);
+        return answers.infer.clone();
+    }
+    let body = if path.ends_with("/stats") {
+        statistics(&answers.model, answers.served.load(Ordering::Relaxed))
+    } else if path.ends_with("/config") {
+        answers.config.clone()
+    } else if path.starts_with("/v2/models/") {
+        answers.metadata.clone()
+    } else if path == "/v2" {
+        br#"{"name":"floor","version":"0","extensions":["statistics"]}"#.to_vec()
+    } else {
+        Vec::new() // health
+    };
+    let mut response = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    response.extend_from_slice(&body);
+    response
+}
+
+/// Statistics in which every served inference succeeded in one execution of 1 µs.
+fn statistics(model: &str, served: u64) -> Vec<u8> {
+    let duration = format!(r#"{{"count":{served},"ns":{}}}"#, served * 1000);
+    let none = r#"{"count":0,"ns":0}"#;
+    format!(
+        r#"{{"model_stats":[{{"name":"{model}","version":"1","last_inference":0,"inference_count":{served},"execution_count":{served},"inference_stats":{{"success":{d},"fail":{none},"queue":{d},"compute_input":{d},"compute_infer":{d},"compute_output":{d},"cache_hit":{none},"cache_miss":{none}}},"batch_stats":[{{"batch_size":1,"compute_input":{d},"compute_infer":{d},"compute_output":{d}}}],"memory_usage":[]}}]}}"#,
+        d = duration
+    )
+    .into_bytes()
+}
