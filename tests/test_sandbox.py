@@ -97,6 +97,18 @@ def test_a_plugin_that_loops_forever_is_stopped_at_its_deadline(sandbox, protoco
     assert time.monotonic() - started < 5
 
 
+def test_a_plugin_that_loops_on_an_idle_server_is_stopped_at_its_deadline(sandbox):
+    """The epoch ticker sleeps while no plugin runs; the call that starts the loop must wake it."""
+    server, _ = sandbox
+    time.sleep(1.5)  # well past the ticker's idle spell (100 ms), so it is asleep when the call comes
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as caught:
+        call(server, 3, "http")
+    assert "execute timeout of 300 ms (wasm_execute_timeout_ms)" in caught.value.message()
+    assert time.monotonic() - started < 5
+    np.testing.assert_array_equal(call(server, 0, "http"), [0])
+
+
 def test_a_plugin_that_allocates_past_its_cap_is_stopped(sandbox):
     server, _ = sandbox
     survives(server, 4, "memory limit of 64 MiB (wasm_memory_limit_mb)")

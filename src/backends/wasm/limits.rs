@@ -4,8 +4,8 @@
 //!   the tensors it asked the host to hold (`tensor-data` handles). A `memory.grow` or a new tensor past it
 //!   traps the call with a message naming the limit; the instance is then re-created.
 //! - `wasm_execute_timeout_ms` (default 10000; 0 turns it off): how long one `execute` call may run. The
-//!   engine's epoch ticks every few milliseconds; at the first tick past the deadline the call traps with a
-//!   message naming the timeout, and the instance is re-created.
+//!   engine's epoch ticks every few milliseconds while a plugin runs; at the first tick past the deadline
+//!   the call traps with a message naming the timeout, and the instance is re-created.
 //! - `wasm_fuel` (default: none): a budget of fuel (wasmtime's measure of executed instructions) for each
 //!   call into the plugin. A plugin that uses it up traps with a message naming the budget. Plugins with a
 //!   budget run on an engine that counts fuel, which costs time, so plugins without one do not pay for it.

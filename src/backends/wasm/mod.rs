@@ -8,18 +8,19 @@
 //!
 //! Calls into a plugin are async and run on the request's own task: no hand-off to another thread, which
 //! on a busy machine costs more than the plugin's work. So that a long-running plugin cannot hold a runtime
-//! thread, a background thread advances the engine's epoch every `EPOCH_TICK` and every store yields to
-//! the executor at each tick.
+//! thread, a background thread (`epoch`) advances the engine's epoch every `EPOCH_TICK` while a plugin
+//! call is under way, and every store yields to the executor at each tick.
 
 mod cache;
 mod convert;
+mod epoch;
 mod host;
 mod limits;
 mod tensor_data;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use wasmtime::component::{HasSelf, Linker, ResourceTable};
@@ -28,6 +29,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use self::bindings::{Backend as Bindings, BackendPre};
 use self::cache::{ComponentCache, Origin};
+use self::epoch::EpochTicker;
 use self::host::{GuestOutput, StoreState};
 use self::limits::{Limits, MemoryCap};
 use super::{Backend, Instance, LoadContext, Peers};
@@ -48,9 +50,6 @@ mod bindings {
     });
 }
 
-/// How often the engine's epoch advances; a running plugin yields to the executor at every tick.
-const EPOCH_TICK: Duration = Duration::from_millis(2);
-
 /// Where plugins see their model version directory (read-only).
 pub const GUEST_MODEL_DIR: &str = "/model";
 
@@ -62,6 +61,7 @@ pub struct WasmRuntime {
     cache: ComponentCache,
     /// The other models, for plugins' BLS calls.
     peers: Peers,
+    ticker: EpochTicker,
 }
 
 impl WasmRuntime {
@@ -70,12 +70,13 @@ impl WasmRuntime {
     pub fn new(cache_dir: Option<PathBuf>, peers: Peers) -> anyhow::Result<Self> {
         let plain = Linked::new(Config::new().epoch_interruption(true))?;
         let metered = Linked::new(Config::new().epoch_interruption(true).consume_fuel(true))?;
-        start_epoch_ticker(&[&plain.engine, &metered.engine])?;
+        let ticker = start_epoch_ticker(&[&plain.engine, &metered.engine])?;
         Ok(WasmRuntime {
             plain,
             metered,
             cache: ComponentCache::new(cache_dir),
             peers,
+            ticker,
         })
     }
 
@@ -165,6 +166,7 @@ impl WasmRuntime {
             label,
             limits,
             peers: self.peers.clone(),
+            ticker: self.ticker.clone(),
             version_dir: version_dir.to_path_buf(),
             base_args: Vec::new(),
         })
@@ -209,6 +211,8 @@ struct Plugin {
     label: Arc<str>,
     limits: Limits,
     peers: Peers,
+    /// Every call into the plugin (instantiation included: it runs plugin code) holds `ticker.running()`.
+    ticker: EpochTicker,
     version_dir: PathBuf,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     base_args: Vec<(String, String)>,
@@ -218,6 +222,7 @@ impl Plugin {
     /// A new store with the plugin's sandbox and limits, and an instance in it, not yet initialised.
     async fn fresh_instance(&self) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = self.new_store()?;
+        let _running = self.ticker.running();
         let bindings = self
             .pre
             .instantiate_async(&mut store)
@@ -233,6 +238,7 @@ impl Plugin {
     ) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let (mut store, bindings) = self.fresh_instance().await?;
         refuel(&mut store, &self.limits);
+        let _running = self.ticker.running();
         bindings
             .call_initialize(&mut store, args)
             .await
@@ -246,6 +252,7 @@ impl Plugin {
         let (mut store, bindings) = self.fresh_instance().await?;
         store.data_mut().deadline = limits::deadline(&self.limits);
         refuel(&mut store, &self.limits);
+        let _running = self.ticker.running();
         bindings
             .call_auto_complete_config(&mut store, config_json)
             .await
@@ -345,6 +352,7 @@ impl WasmInstance {
 #[async_trait]
 impl Instance for WasmInstance {
     async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        let _running = self.model.ticker.running();
         let label = self.model.label.clone();
         let limits = self.model.limits;
         let (store, bindings) = match self.live().await {
@@ -399,6 +407,7 @@ impl Instance for WasmInstance {
     async fn finalize(&mut self) {
         if let Some((store, bindings)) = self.live.as_mut() {
             refuel(store, &self.model.limits);
+            let _running = self.model.ticker.running();
             if let Err(e) = bindings.call_finalize(&mut *store).await {
                 tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
             }
@@ -435,21 +444,18 @@ fn refuel(store: &mut Store<StoreState>, limits: &Limits) {
     }
 }
 
-/// Advances the engines' epochs every `EPOCH_TICK` for as long as they exist.
-fn start_epoch_ticker(engines: &[&Engine]) -> std::io::Result<()> {
+/// The ticker that advances both engines' epochs for as long as they exist.
+fn start_epoch_ticker(engines: &[&Engine]) -> std::io::Result<EpochTicker> {
     let engines: Vec<_> = engines.iter().map(|engine| engine.weak()).collect();
-    std::thread::Builder::new()
-        .name("wasm-epoch".into())
-        .spawn(move || loop {
-            for engine in &engines {
-                match engine.upgrade() {
-                    Some(engine) => engine.increment_epoch(),
-                    None => return,
-                }
+    EpochTicker::start(move || {
+        engines.iter().all(|engine| match engine.upgrade() {
+            Some(engine) => {
+                engine.increment_epoch();
+                true
             }
-            std::thread::sleep(EPOCH_TICK);
-        })?;
-    Ok(())
+            None => false,
+        })
+    })
 }
 
 /// The trap's cause in one line (e.g. "wasm trap: wasm `unreachable` instruction executed"), without the
