@@ -14,7 +14,7 @@ use std::thread::Thread;
 use std::time::Duration;
 
 /// How often the epoch advances while plugin code may run.
-pub const EPOCH_TICK: Duration = Duration::from_millis(2);
+const EPOCH_TICK: Duration = Duration::from_millis(2);
 /// Ticks without any call into a plugin before the ticker sleeps (100 ms).
 const IDLE_TICKS: u32 = 50;
 /// How often a sleeping ticker still ticks, to notice that its engines are gone.
