@@ -374,6 +374,11 @@ impl Instance for WasmInstance {
         };
         store.data_mut().deadline = limits::deadline(&limits);
         refuel(store, &limits);
+        // The store's epoch deadline is the tick after the last one it saw, usually long past by the next
+        // call; left so, each call that follows a tick would yield at its first instruction, a trip
+        // through the scheduler for nothing (≈ one call in fifteen at concurrency 1). From now, a call
+        // yields only when a tick falls inside it.
+        store.set_epoch_deadline(1);
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
         match outcome {
