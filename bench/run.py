@@ -176,6 +176,10 @@ def floor_server(tessera, model):
     return Server("floor", [str(binary), str(port), model, str(answers)], dict(os.environ), f"127.0.0.1:{port}", None)
 
 
+# Runs of one point before a perf_analyzer that cannot stabilise ends the benchmark.
+ATTEMPTS = 3
+
+
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
@@ -188,9 +192,15 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
         if input_data:
             command += ["--input-data", input_data]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-        if result.returncode != 0:
-            raise SystemExit(f"perf_analyzer failed against {server.name}:\n{result.stdout}\n{result.stderr}")
+        # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is
+        # measured again (same criterion) rather than ending the whole benchmark.
+        for attempt in range(1, ATTEMPTS + 1):
+            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
+            if result.returncode == 0:
+                break
+            if attempt == ATTEMPTS or "stable measurement" not in result.stdout + result.stderr:
+                raise SystemExit(f"perf_analyzer failed against {server.name}:\n{result.stdout}\n{result.stderr}")
+            print(f"  perf_analyzer found no stable measurement against {server.name} ({protocol}, c={concurrency}); measuring again", file=sys.stderr)
         row = next(csv.DictReader(open(out.name)))
     return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
 
