@@ -38,10 +38,16 @@ DTYPES = {
 }
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(count):
+    """`count` distinct free loopback ports (the sockets stay open until all are chosen)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
 
 
 def tensor_config(kind, name, config_type, dims):
@@ -85,24 +91,27 @@ class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
     def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None):
-        self.http_port = free_port()
-        self.grpc_port = free_port()
-        self.metrics_port = free_port()
-        self.log_path = pathlib.Path(tmp_path) / f"tessera-{self.http_port}.log"
+        self.repositories, self.tmp_path, self.flags, self.env = repositories, tmp_path, flags, env
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
+        self.start()
+
+    def start(self):
+        """Starts the process on fresh ports."""
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.log_path = pathlib.Path(self.tmp_path) / f"tessera-{self.http_port}.log"
         args = [str(BINARY)]
-        for repo in repositories:
+        for repo in self.repositories:
             args += ["--model-repository", str(repo)]
         args += [
             "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
             "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
             "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
             "--cache-dir", str(self.cache_dir),
-            *flags,
+            *self.flags,
         ]
         self.log_file = open(self.log_path, "w")
         path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(env or {})})
+        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})})
 
     @property
     def http_url(self):
@@ -120,10 +129,16 @@ class Server:
             self.log_file.flush()
         return self.log_path.read_text()
 
-    def wait_live(self, timeout=60):
+    def wait_live(self, timeout=60, port_retries=2):
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
+                # A port chosen free can be taken (by a client's outgoing connection) before the server
+                # binds it; only that failure is retried, on fresh ports.
+                if "cannot listen for" in self.log() and port_retries > 0:
+                    self.log_file.close()
+                    self.start()
+                    return self.wait_live(timeout, port_retries - 1)
                 raise RuntimeError(f"tessera exited with {self.process.returncode}:\n{self.log()}")
             try:
                 if requests.get(self.url("/v2/health/live"), timeout=1).status_code == 200:
