@@ -192,7 +192,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     tracing::info!("shutting down: finishing in-flight requests");
     context.shutting_down.store(true, Ordering::Relaxed);
     let _ = stop_tx.send(true);
-    http.await?.context("HTTP server failed")?;
+    http.await?;
     grpc.await?.context("gRPC server failed")?;
     if let Some(metrics_server) = metrics_server {
         metrics_server.await?.context("metrics server failed")?;

@@ -51,9 +51,8 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     context: Arc<ServerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) {
     connections::serve(listener, router(context), shutdown).await;
-    Ok(())
 }
 
 impl IntoResponse for Error {
