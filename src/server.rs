@@ -193,7 +193,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     context.shutting_down.store(true, Ordering::Relaxed);
     let _ = stop_tx.send(true);
     http.await?;
-    grpc.await?.context("gRPC server failed")?;
+    grpc.await?;
     if let Some(metrics_server) = metrics_server {
         metrics_server.await?.context("metrics server failed")?;
     }

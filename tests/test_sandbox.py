@@ -109,6 +109,28 @@ def test_a_plugin_that_loops_on_an_idle_server_is_stopped_at_its_deadline(sandbo
     np.testing.assert_array_equal(call(server, 0, "http"), [0])
 
 
+def test_a_looping_call_does_not_hold_up_other_calls_on_its_grpc_connection(sandbox):
+    """gRPC calls start inside their connection's task; one that keeps running must move off it at its first
+    epoch tick, so calls behind it on the same HTTP/2 connection are answered while it still runs."""
+    server, _ = sandbox
+    client = grpcclient.InferenceServerClient(server.grpc_url)  # one channel: one HTTP/2 connection
+    mode = grpcclient.InferInput("MODE", [1], "INT32")
+    mode.set_data_from_numpy(np.array([3], dtype=np.int32))
+    looped = threading.Event()
+    outcome = []
+    client.async_infer("hostile", [mode], callback=lambda result, error: (outcome.append(error), looped.set()))
+    try:
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        for _ in range(10):
+            out = client.infer("simple", add_sub_inputs(grpcclient, data)).as_numpy("OUTPUT0")
+            np.testing.assert_array_equal(out, data * 2)
+        assert not looped.is_set(), "the calls behind the looping one were answered only after it ended"
+        assert looped.wait(timeout=30)
+        assert "execute timeout of 300 ms" in outcome[0].message()
+    finally:
+        client.close()
+
+
 def test_a_plugin_that_allocates_past_its_cap_is_stopped(sandbox):
     server, _ = sandbox
     survives(server, 4, "memory limit of 64 MiB (wasm_memory_limit_mb)")

@@ -1,17 +1,28 @@
 //! The gRPC frontend: Triton's `inference.GRPCInferenceService` and the standard `grpc.health.v1.Health`,
 //! served by tonic on one port. RPCs whose features are not built yet answer UNIMPLEMENTED with a message
 //! naming the RPC. Message size limits match tritonclient's (2 GiB), so large tensors are not refused.
+//!
+//! The HTTP/2 settings are the ones tonic's `Server` used by default: no limit on concurrent streams (as
+//! gRPC's C++ server, Triton's), hyper's 1 MiB windows and 16 KiB frames, no keep-alive pings. One thing
+//! tonic's `Server` did is not done here: enforcing a call's `grpc-timeout` on the server. The client
+//! enforces its own deadline and resets the stream, and that stops the call here.
 
 mod convert;
 mod health;
+mod inline_first;
 mod repository;
 
 use std::sync::Arc;
 
+use hyper::server::conn::http2;
+use hyper_util::rt::TokioTimer;
+use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
+use crate::frontends::connections;
 use crate::proto::inference::*;
+use inline_first::InlineFirst;
 use crate::server::ServerContext;
 
 const MAX_MESSAGE: usize = i32::MAX as usize;
@@ -20,17 +31,15 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     context: Arc<ServerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) {
     let inference = GrpcInferenceServiceServer::new(Service { context: context.clone() })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let health = health::server(context);
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
-        .add_service(inference)
-        .add_service(health)
-        .serve_with_incoming_shutdown(incoming, shutdown)
-        .await
+    let routes = tonic::service::Routes::new(inference).add_service(health::server(context));
+    let service = TowerToHyperService::new(routes.prepare());
+    let mut builder = http2::Builder::new(InlineFirst);
+    builder.timer(TokioTimer::new()).max_concurrent_streams(None);
+    connections::serve(listener, "gRPC", shutdown, |io| builder.serve_connection(io, service.clone())).await;
 }
 
 struct Service {

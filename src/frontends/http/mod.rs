@@ -1,10 +1,8 @@
 //! The HTTP/REST frontend: KServe v2 routes under `/v2`, JSON tensors and Triton's binary tensor data
 //! extension, compressed request bodies. Errors are `{"error": "..."}` with Triton's status codes.
 
-mod connections;
 mod infer;
 mod json_data;
-mod poll_again;
 mod repository;
 mod routes;
 
@@ -17,8 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
+use hyper::server::conn::http1;
+use hyper_util::service::TowerToHyperService;
 
 use crate::error::Error;
+use crate::frontends::connections;
 use crate::server::ServerContext;
 
 /// Every route of the HTTP frontend.
@@ -52,7 +53,9 @@ pub async fn serve(
     context: Arc<ServerContext>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    connections::serve(listener, router(context), shutdown).await;
+    let service = TowerToHyperService::new(router(context));
+    let builder = http1::Builder::new();
+    connections::serve(listener, "HTTP", shutdown, |io| builder.serve_connection(io, service.clone())).await;
 }
 
 impl IntoResponse for Error {
