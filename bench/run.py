@@ -178,6 +178,10 @@ def floor_server(tessera, model):
 
 # Runs of one point before a perf_analyzer that cannot stabilise ends the benchmark.
 ATTEMPTS = 3
+# A run that stabilises takes well under a minute (at most 20 windows of 2 s); one past this is stuck.
+ATTEMPT_TIMEOUT_S = 90
+# Requests per window when a point is measured again in count windows (see below).
+WINDOW_REQUESTS = 20000
 
 
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None):
@@ -187,20 +191,32 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
-                   "--concurrency-range", str(concurrency), "-s", str(stability), "--max-trials", "20", "--measurement-interval", str(measurement_ms),
+                   "--concurrency-range", str(concurrency), "-s", str(stability), "--max-trials", "20",
                    "--percentile", "99", "-f", out.name]
         if input_data:
             command += ["--input-data", input_data]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
+        windows = ["--measurement-interval", str(measurement_ms)]
         # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is
-        # measured again (same criterion) rather than ending the whole benchmark.
+        # measured again (same criterion) rather than ending the whole benchmark. perf_analyzer can also
+        # lose track of its time windows on 2 cores at high rates: at HTTP c=16 on 2026-12-03 (Tessera
+        # serving 35k requests a second by its own count) windows stretched to ~7 s, each reading less than
+        # the one before (15k, 13k, 12k/s), and the run never settled, in 3 of 6 runs and 4 of 6 with the
+        # build before. Windows of a fixed number of requests settled in 6 of 6, so the runs after the
+        # first use those.
         for attempt in range(1, ATTEMPTS + 1):
-            result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=180)
-            if result.returncode == 0:
+            try:
+                result = subprocess.run(command + windows, env=env, capture_output=True, text=True, timeout=ATTEMPT_TIMEOUT_S)
+                settled, output = result.returncode == 0, result.stdout + result.stderr
+            except subprocess.TimeoutExpired:
+                settled, output = False, f"no stable measurement within {ATTEMPT_TIMEOUT_S} s"
+            if settled:
                 break
-            if attempt == ATTEMPTS or "stable measurement" not in result.stdout + result.stderr:
-                raise SystemExit(f"perf_analyzer failed against {server.name}:\n{result.stdout}\n{result.stderr}")
-            print(f"  perf_analyzer found no stable measurement against {server.name} ({protocol}, c={concurrency}); measuring again", file=sys.stderr)
+            if attempt == ATTEMPTS or "stable measurement" not in output:
+                raise SystemExit(f"perf_analyzer failed against {server.name}:\n{output}")
+            windows = ["--measurement-mode", "count_windows", "--measurement-request-count", str(WINDOW_REQUESTS)]
+            print(f"  perf_analyzer found no stable measurement against {server.name} ({protocol}, c={concurrency}); "
+                  f"measuring again in windows of {WINDOW_REQUESTS} requests", file=sys.stderr)
         row = next(csv.DictReader(open(out.name)))
     return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
 
