@@ -1,6 +1,7 @@
 //! The gRPC frontend: Triton's `inference.GRPCInferenceService` and the standard `grpc.health.v1.Health`,
-//! served by tonic on one port. RPCs whose features are not built yet answer UNIMPLEMENTED with a message
-//! naming the RPC. Message size limits match tritonclient's (2 GiB), so large tensors are not refused.
+//! tonic's generated services served by hyper's HTTP/2 on one port. RPCs whose features are not built yet
+//! answer UNIMPLEMENTED with a message naming the RPC. Message size limits match tritonclient's (2 GiB), so
+//! large tensors are not refused.
 //!
 //! The HTTP/2 settings are the ones tonic's `Server` used by default: no limit on concurrent streams (as
 //! gRPC's C++ server, Triton's), hyper's 1 MiB windows and 16 KiB frames, no keep-alive pings. One thing
@@ -19,11 +20,11 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::frontends::connections;
+use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::*;
-use inline_first::InlineFirst;
 use crate::server::ServerContext;
+use inline_first::InlineFirst;
 
 const MAX_MESSAGE: usize = i32::MAX as usize;
 
