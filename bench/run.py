@@ -207,12 +207,13 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
         for attempt in range(1, ATTEMPTS + 1):
             try:
                 result = subprocess.run(command + windows, env=env, capture_output=True, text=True, timeout=ATTEMPT_TIMEOUT_S)
-                settled, output = result.returncode == 0, result.stdout + result.stderr
+                output = result.stdout + result.stderr
+                if result.returncode == 0:
+                    break
+                unsettled = "stable measurement" in output
             except subprocess.TimeoutExpired:
-                settled, output = False, f"no stable measurement within {ATTEMPT_TIMEOUT_S} s"
-            if settled:
-                break
-            if attempt == ATTEMPTS or "stable measurement" not in output:
+                output, unsettled = f"still running after {ATTEMPT_TIMEOUT_S} s", True
+            if attempt == ATTEMPTS or not unsettled:
                 raise SystemExit(f"perf_analyzer failed against {server.name}:\n{output}")
             windows = ["--measurement-mode", "count_windows", "--measurement-request-count", str(WINDOW_REQUESTS)]
             print(f"  perf_analyzer found no stable measurement against {server.name} ({protocol}, c={concurrency}); "
