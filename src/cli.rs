@@ -85,6 +85,11 @@ pub struct Options {
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
 
+    /// How long (µs) a runtime thread with nothing to do keeps watching the client connections before it
+    /// sleeps, so that the next request finds it awake; 0 turns it off. A Tessera option (see `busy_poll`).
+    #[arg(long, default_value_t = 100, value_name = "MICROSECONDS")]
+    pub busy_poll_us: u64,
+
     /// Where compiled plugins are cached across restarts (default: $XDG_CACHE_HOME/tessera or
     /// ~/.cache/tessera). An empty value disables the cache.
     #[arg(long, env = "TESSERA_CACHE_DIR")]

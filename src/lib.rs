@@ -4,6 +4,7 @@
 //! what is loaded, the scheduler moves requests to backend instances, backends execute.
 
 pub mod backends;
+pub mod busy_poll;
 pub mod cli;
 pub mod content_hash;
 pub mod error;

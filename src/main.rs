@@ -11,7 +11,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 fn main() -> std::process::ExitCode {
     let options = tessera::cli::Options::parse();
     tessera::server::init_logging(options.log_verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    tessera::busy_poll::enable(std::time::Duration::from_micros(options.busy_poll_us));
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .on_thread_park(tessera::busy_poll::before_park)
+        .build();
+    let runtime = match runtime {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!("cannot start the async runtime: {e}");

@@ -6,6 +6,7 @@
 
 use std::fmt::Display;
 use std::future::Future;
+use std::os::fd::AsRawFd;
 use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
@@ -13,6 +14,7 @@ use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::poll_again::PollAgain;
+use crate::busy_poll;
 
 /// Serves every connection `listener` accepts with the hyper connection `connect` makes of it, until
 /// `shutdown` resolves. `protocol` names the port in the log.
@@ -74,4 +76,5 @@ fn configure(tcp: &TcpStream, protocol: &str) {
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!("cannot set TCP_NODELAY on a {protocol} connection: {e}");
     }
+    busy_poll::watch(tcp.as_raw_fd());
 }

@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::queue::{Priorities, PriorityQueue};
 use super::stats::{Stats, Timing};
 use super::{InstancePool, Reservation};
+use crate::busy_poll;
 use crate::error::{Error, Result};
 use crate::inference::{InferenceRequest, SchedulingWishes};
 use crate::model_config::ModelConfig;
@@ -270,6 +271,8 @@ impl Loop {
             if rows >= target || Instant::now() >= deadline {
                 break;
             }
+            // The batch is due at a timer: a runtime thread spinning then would run it late.
+            let _waiting = busy_poll::Waiting::start();
             match self.next_event(Some(deadline)).await {
                 Event::Arrived(pending) => self.admit(pending),
                 Event::Timer => {}
