@@ -3,18 +3,25 @@
 //! (bench/batching.py captures them from Tessera), keeps its connections alive, and counts the inferences it
 //! served so that the statistics perf_analyzer reads before and after a window add up.
 //!
-//! Standard library only, one blocking thread per connection and the least HTTP/1.1 that perf_analyzer
-//! speaks (request line, Content-Length, keep-alive): the floor must cost less than any real server, and the
+//! Standard library only, one thread per connection and the least HTTP/1.1 that perf_analyzer speaks
+//! (request line, Content-Length, keep-alive): the floor must cost less than any real server, and the
 //! harness builds it with plain `rustc -O`, without crate downloads. It is a measuring stick, never a server.
+//! It waits for each request as Tessera does by default (src/busy_poll.rs): spinning for up to `SPIN`
+//! before it sleeps, so that a request arriving meanwhile does not pay for waking it. A floor that slept at
+//! once would pay that wake-up, which Tessera does not, and would stop being a floor.
 //!
 //!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
 //!                     headers included, because binary outputs need their Inference-Header-Content-Length)
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long a connection's thread spins for the next request before it sleeps: Tessera's default.
+const SPIN: Duration = Duration::from_micros(100);
 
 struct Answers {
     metadata: Vec<u8>,
@@ -49,13 +56,55 @@ fn main() {
 /// One connection: requests one after another until the client closes it.
 fn serve(stream: TcpStream, answers: &Answers) {
     let _ = stream.set_nodelay(true);
-    let Ok(mut writer) = stream.try_clone() else { return };
-    let mut reader = BufReader::new(stream);
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let Ok(writer) = stream.try_clone() else { return };
+    let (mut writer, mut reader) = (Spinning(writer), BufReader::new(Spinning(stream)));
     while let Some(path) = read_request(&mut reader) {
         let answer = answer(&path, answers);
         if writer.write_all(&answer).is_err() {
             return;
         }
+    }
+}
+
+/// A non-blocking socket read by spinning for up to `SPIN`, then by sleeping until data comes. Both ends of
+/// a connection share the non-blocking flag, so a write that finds the send buffer full sleeps too.
+struct Spinning(TcpStream);
+
+impl Spinning {
+    fn blocking<T>(&mut self, io: impl FnOnce(&mut TcpStream) -> std::io::Result<T>) -> std::io::Result<T> {
+        self.0.set_nonblocking(false)?;
+        let result = io(&mut self.0);
+        self.0.set_nonblocking(true)?;
+        result
+    }
+}
+
+impl Read for Spinning {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let start = Instant::now();
+        loop {
+            match self.0.read(buf) {
+                Err(e) if e.kind() == ErrorKind::WouldBlock && start.elapsed() < SPIN => std::hint::spin_loop(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return self.blocking(|s| s.read(buf)),
+                other => return other,
+            }
+        }
+    }
+}
+
+impl Write for Spinning {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self.0.write(buf) {
+            Err(e) if e.kind() == ErrorKind::WouldBlock => self.blocking(|s| s.write(buf)),
+            other => other,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
