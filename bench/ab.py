@@ -1,6 +1,6 @@
 """Two Tessera builds side by side on one repository: perf_analyzer against each in turn (A B, B A, …), so a
 change is measured as a ratio in one run on the same machine. Prints, per model and concurrency, the median
-throughput and p50 of each build and the median of the paired ratios (B/A).
+throughput, p50 and p99 of each build and the median of the paired ratios (B/A).
 
   .venv/bin/python bench/ab.py --a /tmp/tessera-before --b target/release/tessera \\
       --repository .cache/bench/repos/batching --point simple_onnx:http:1 --point heavy:grpc:16
@@ -42,19 +42,19 @@ def main():
         s.start()
     try:
         print(f"{os.cpu_count()} cores; {args.trials} paired trials of {args.measurement_ms} ms; A = {args.a}, B = {args.b}")
-        print("| model | protocol | concurrency | A infer/s | B infer/s | B/A throughput | A p50 µs | B p50 µs | B/A p50 |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| model | protocol | concurrency | A infer/s | B infer/s | B/A throughput | A p50 µs | B p50 µs | B/A p50 "
+              "| A p99 µs | B p99 µs | B/A p99 |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for point in args.point:
             model, protocol, concurrency = point.split(":")
             runs = {"A": [], "B": []}
             for trial in range(args.trials):
                 for name in ("A", "B") if trial % 2 == 0 else ("B", "A"):
                     runs[name].append(perf_analyzer(servers[name], protocol, int(concurrency), args.measurement_ms, model=model, stability=100))
-            med = {n: (statistics.median(r[0] for r in runs[n]), statistics.median(r[1] for r in runs[n])) for n in runs}
-            throughput = statistics.median(b[0] / a[0] for a, b in zip(runs["A"], runs["B"]))
-            p50 = statistics.median(b[1] / a[1] for a, b in zip(runs["A"], runs["B"]))
-            print(f"| {model} | {protocol} | {concurrency} | {med['A'][0]:.0f} | {med['B'][0]:.0f} | {throughput:.2f}× "
-                  f"| {med['A'][1]:.0f} | {med['B'][1]:.0f} | {p50:.2f} |")
+            med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(3)] for n in runs}
+            ratio = [statistics.median(b[i] / a[i] for a, b in zip(runs["A"], runs["B"])) for i in range(3)]
+            print(f"| {model} | {protocol} | {concurrency} | {med['A'][0]:.0f} | {med['B'][0]:.0f} | {ratio[0]:.2f}× "
+                  f"| {med['A'][1]:.0f} | {med['B'][1]:.0f} | {ratio[1]:.2f} | {med['A'][2]:.0f} | {med['B'][2]:.0f} | {ratio[2]:.2f} |")
     finally:
         for s in servers.values():
             s.stop()
