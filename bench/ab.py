@@ -54,7 +54,8 @@ def main():
             med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(3)] for n in runs}
             ratio = [statistics.median(b[i] / a[i] for a, b in zip(runs["A"], runs["B"])) for i in range(3)]
             print(f"| {model} | {protocol} | {concurrency} | {med['A'][0]:.0f} | {med['B'][0]:.0f} | {ratio[0]:.2f}× "
-                  f"| {med['A'][1]:.0f} | {med['B'][1]:.0f} | {ratio[1]:.2f} | {med['A'][2]:.0f} | {med['B'][2]:.0f} | {ratio[2]:.2f} |")
+                  f"| {med['A'][1]:.0f} | {med['B'][1]:.0f} | {ratio[1]:.2f} "
+                  f"| {med['A'][2]:.0f} | {med['B'][2]:.0f} | {ratio[2]:.2f} |")
     finally:
         for s in servers.values():
             s.stop()

@@ -4,28 +4,27 @@
 //! Why: at low concurrency most of a request's latency is not the server's work but waking the processes
 //! that take turns on the CPUs. A thread asleep in `epoll_wait` on an idle CPU is woken by an interrupt to
 //! that CPU, which on a virtual machine is a round trip through the hypervisor. Measured with bench/ab.py on
-//! `simple` (2 vCPUs, 5 paired trials): p50 at concurrency 1 fell from 143 to 88 µs over HTTP and from 151 to
-//! 93 µs over gRPC with a 100 µs budget; throughput at concurrency 4 and 16 was unchanged or better. ONNX
-//! Runtime's own thread pools spin for the same reason.
+//! `simple` (2 vCPUs, 4 paired trials, 100 µs budget): p50 at concurrency 1 fell from 109 to 58 µs over
+//! HTTP and from 129 to 62 µs over gRPC; throughput at concurrency 4 read 0.94-0.98x over HTTP and 1.20x
+//! over gRPC, at 16 0.98x and 1.07x. ONNX Runtime's own thread pools spin for the same reason.
 //!
-//! What it costs: after each burst of work, one thread spends up to the budget on a CPU. It never spins
-//! when that would take the CPU from work the server is waiting for: while any request waits on something
-//! a socket will not announce (an ONNX Runtime instance thread, the dynamic batcher's delay), see
-//! `Waiting`; with fewer than two CPUs to run on (`available_parallelism`, which follows a container's CPU
-//! limit); and only one thread spins at a time. An idle server does not spin: it spins only after it was
-//! woken, which an idle server is not. `--busy-poll-us 0` turns it off.
+//! What it costs: after each burst of work, one thread spends up to the budget polling. It does not spin
+//! when that would take a CPU from work the server is waiting for: while any request waits on something a
+//! socket will not announce (an ONNX Runtime instance thread, the dynamic batcher's delay; see `Waiting`)
+//! and for `QUIET_AFTER_WAIT` after; with fewer than two CPUs to run on (`available_parallelism`, which
+//! follows a container's CPU limit); and only one thread spins at a time. An idle server does not spin: it
+//! spins only after it was woken, which an idle server is not. `--busy-poll-us 0` turns it off.
 //!
 //! How: every accepted connection is also registered with an epoll instance of our own (mio's `Poll`,
 //! readable interest). Tokio calls `before_park` on a worker thread that found no task to run, right before
 //! it sleeps in the I/O driver or on its condition variable; the spin polls our instance with a zero
 //! timeout until a connection turns readable, the budget runs out, or a request starts waiting elsewhere,
 //! yielding its CPU between polls to any thread that wants it. Then the thread parks as it would have, and
-//! the driver finds the event ready without sleeping. The yield is what keeps the spin from hurting: a
-//! spin that kept its CPU (a pause instruction between polls) made the client's threads wait behind it for
-//! a scheduler slice, and `simple`'s p99 at HTTP concurrency 4 went from 460-590 µs to 1690-1950 µs;
-//! yielding, it reads 370-410 µs. Our
-//! instance is edge-triggered (mio's only mode): an edge that came while nobody spun ends the next spin at
-//! once, which costs that spin, never a request.
+//! the driver finds the event ready without sleeping. The yield is what keeps the spin from hurting: a spin
+//! that kept its CPU (a pause instruction between polls) made the client's threads wait behind it for a
+//! scheduler slice, and `simple`'s p99 at HTTP concurrency 4 went from 460-590 µs to 1690-1950 µs; yielding,
+//! it reads 370-410 µs. Our instance is edge-triggered (mio's only mode): an edge that came while nobody
+//! spun ends the next spin at once, which costs that spin, never a request.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

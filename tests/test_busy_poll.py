@@ -35,7 +35,8 @@ def call(module, url, model, count):
     client.close()
 
 
-@pytest.mark.parametrize("flags", [(), ("--busy-poll-us", "0"), ("--busy-poll-us", "5000")], ids=["default", "off", "5ms"])
+@pytest.mark.parametrize("flags", [(), ("--busy-poll-us", "0"), ("--busy-poll-us", "5000")],
+                         ids=["default", "off", "5ms"])
 def test_the_server_uses_no_cpu_once_requests_stop(tmp_path, flags):
     repo = tmp_path / "repo"
     add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
