@@ -6,9 +6,10 @@
 //! Standard library only, one thread per connection and the least HTTP/1.1 that perf_analyzer speaks
 //! (request line, Content-Length, keep-alive): the floor must cost less than any real server, and the
 //! harness builds it with plain `rustc -O`, without crate downloads. It is a measuring stick, never a server.
-//! It waits for each request as Tessera does by default (src/busy_poll.rs): spinning for up to `SPIN`
-//! before it sleeps, so that a request arriving meanwhile does not pay for waking it. A floor that slept at
-//! once would pay that wake-up, which Tessera does not, and would stop being a floor.
+//! Like Tessera by default (src/busy_poll.rs), it spins for up to `SPIN` before it sleeps, so that a request
+//! arriving meanwhile does not pay for waking it. A floor that slept at once would pay that wake-up, which
+//! Tessera does not, and would stop being a floor. Unlike Tessera it keeps its CPU while it spins (Tessera
+//! yields it between polls), which can only make the floor lower.
 //!
 //!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
 //!                     headers included, because binary outputs need their Inference-Header-Content-Length)

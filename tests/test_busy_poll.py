@@ -12,7 +12,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import ROOT, Server, add_model
+from conftest import ROOT, Server, add_model, add_sub_inputs
 
 TICKS_PER_SECOND = os.sysconf("SC_CLK_TCK")
 
@@ -26,9 +26,7 @@ def cpu_seconds(pid):
 def call(module, url, model, count):
     client = module.InferenceServerClient(url)
     a = np.arange(16, dtype=np.int32).reshape(1, 16)
-    inputs = [module.InferInput("INPUT0", a.shape, "INT32"), module.InferInput("INPUT1", a.shape, "INT32")]
-    for t in inputs:
-        t.set_data_from_numpy(a)
+    inputs = add_sub_inputs(module, a)
     for _ in range(count):
         result = client.infer(model, inputs)
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), a + a)
