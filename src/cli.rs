@@ -85,6 +85,28 @@ pub struct Options {
     #[arg(long, default_value_t = 64 * 1024 * 1024)]
     pub http_max_input_size: usize,
 
+    /// Seconds an HTTP connection has to send a request's head, counted from when the server starts
+    /// waiting for it: a new connection, or a keep-alive one after its last response, is closed when it
+    /// stays silent (idle) or trickles its headers for longer. A Tessera option.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub http_header_timeout_secs: u64,
+
+    /// Seconds a request's body has to arrive after its head; a slower one is answered 408 and its
+    /// connection closed. A Tessera option.
+    #[arg(long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
+    pub http_body_timeout_secs: u64,
+
+    /// Most client connections open at once over all ports; more are closed as they arrive. It is also
+    /// kept below the process's open-file limit, so that the server always has descriptors left for its
+    /// own files. A Tessera option.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u64).range(1..), value_name = "COUNT")]
+    pub max_connections: u64,
+
+    /// On SIGINT/SIGTERM, seconds to let in-flight requests finish before the server exits anyway (it
+    /// stops accepting connections at once).
+    #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+    pub exit_timeout_secs: u64,
+
     /// How long (µs) a runtime thread with nothing to do keeps watching the client connections before it
     /// sleeps, so that the next request finds it awake; 0 turns it off. A Tessera option (see `busy_poll`).
     #[arg(long, default_value_t = 100, value_name = "MICROSECONDS")]

@@ -11,6 +11,7 @@ pub mod error;
 pub mod frontends;
 pub mod inference;
 pub mod model_config;
+pub mod model_files;
 pub mod proto;
 pub mod repository;
 pub mod scheduler;

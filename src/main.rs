@@ -23,7 +23,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(tessera::server::run(options)) {
+    let outcome = runtime.block_on(tessera::server::run(options));
+    // What the exit timeout cut short (a connection, a plugin call, a build) is abandoned, not waited for.
+    runtime.shutdown_background();
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
@@ -15,6 +16,7 @@ use crate::cli::{ControlMode, Options};
 use crate::error::Result;
 use crate::error::Error;
 use crate::frontends::metrics::Metrics;
+use crate::frontends::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::proto::inference::ModelStatisticsResponse;
@@ -170,8 +172,11 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         tokio::spawn(control.clone().poll_forever(std::time::Duration::from_secs(options.repository_poll_secs)));
     }
     let context = Arc::new(ServerContext::new(options, repository, control));
-    let http_listener = bind(context.options.http_address, context.options.http_port, "HTTP").await?;
-    let grpc_listener = bind(context.options.grpc_address, context.options.grpc_port, "gRPC").await?;
+    let options = &context.options;
+    let header_timeout = Duration::from_secs(options.http_header_timeout_secs);
+    let limits = ConnectionLimits::for_process(options.max_connections, header_timeout);
+    let http_listener = bind(options.http_address, options.http_port, "HTTP").await?;
+    let grpc_listener = bind(options.grpc_address, options.grpc_port, "gRPC").await?;
     tracing::info!("Started HTTPService at {}", display_addr(&http_listener));
     tracing::info!("Started GRPCInferenceService at {}", display_addr(&grpc_listener));
 
@@ -179,26 +184,33 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;
     };
-    let metrics_server = if context.options.allow_metrics {
-        let listener = bind(context.options.metrics_address, context.options.metrics_port, "metrics").await?;
+    let metrics_server = if options.allow_metrics {
+        let listener = bind(options.metrics_address, options.metrics_port, "metrics").await?;
         tracing::info!("Started Metrics Service at {}", display_addr(&listener));
-        Some(tokio::spawn(metrics::serve(listener, metrics, stopped(stop_rx.clone()))))
+        Some(tokio::spawn(metrics::serve(listener, metrics, limits.clone(), header_timeout, stopped(stop_rx.clone()))))
     } else {
         None
     };
-    let http = tokio::spawn(http::serve(http_listener, context.clone(), stopped(stop_rx.clone())));
-    let grpc = tokio::spawn(grpc::serve(grpc_listener, context.clone(), stopped(stop_rx)));
+    let http = tokio::spawn(http::serve(http_listener, context.clone(), limits.clone(), stopped(stop_rx.clone())));
+    let grpc = tokio::spawn(grpc::serve(grpc_listener, context.clone(), limits, stopped(stop_rx)));
     shutdown_signal().await;
-    tracing::info!("shutting down: finishing in-flight requests");
+    let exit_timeout = Duration::from_secs(context.options.exit_timeout_secs);
+    tracing::info!("shutting down: no new connections; finishing in-flight requests for up to {exit_timeout:?}");
     context.shutting_down.store(true, Ordering::Relaxed);
     let _ = stop_tx.send(true);
-    http.await?;
-    grpc.await?;
-    if let Some(metrics_server) = metrics_server {
-        metrics_server.await?.context("metrics server failed")?;
+    let drained = async {
+        let _ = tokio::join!(http, grpc);
+        if let Some(metrics_server) = metrics_server {
+            let _ = metrics_server.await;
+        }
+        context.repository.shutdown().await;
+    };
+    match tokio::time::timeout(exit_timeout, drained).await {
+        Ok(()) => tracing::info!("stopped"),
+        Err(_) => tracing::warn!(
+            "exit timeout of {exit_timeout:?} reached (--exit-timeout-secs) with connections or requests still open; exiting"
+        ),
     }
-    context.repository.shutdown().await;
-    tracing::info!("stopped");
     Ok(())
 }
 

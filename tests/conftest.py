@@ -14,7 +14,8 @@ import pytest
 import requests
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-BINARY = ROOT / "target" / "release" / "tessera"
+# TESSERA_BINARY runs the suite against another build (e.g. to show that a regression test fails on it).
+BINARY = pathlib.Path(os.environ.get("TESSERA_BINARY") or ROOT / "target" / "release" / "tessera")
 PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
 MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
 # Where the venv's tools live: componentize-py builds Python models, as `scripts/dev serve` finds it.
@@ -69,6 +70,16 @@ def add_model(repo, name, config, plugin=None, versions=(1,), files=None):
     return model
 
 
+def wait_for(condition, timeout=15, what="condition"):
+    """Polls `condition` until it holds; fails saying `what` did not happen within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
 def add_sub_inputs(module, data):
     """INPUT0 and INPUT1 of the add/sub models (`simple`, `simple_onnx`), both holding `data` (INT32 [1, 16])."""
     inputs = []
@@ -90,8 +101,8 @@ def identity_config(name, config_type):
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
-    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None):
-        self.repositories, self.tmp_path, self.flags, self.env = repositories, tmp_path, flags, env
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, preexec=None):
+        self.repositories, self.tmp_path, self.flags, self.env, self.preexec = repositories, tmp_path, flags, env, preexec
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
         self.start()
 
@@ -111,7 +122,9 @@ class Server:
         ]
         self.log_file = open(self.log_path, "w")
         path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
-        self.process = subprocess.Popen(args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})})
+        self.process = subprocess.Popen(
+            args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})}, preexec_fn=self.preexec
+        )
 
     @property
     def http_url(self):

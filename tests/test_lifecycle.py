@@ -15,7 +15,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import PLUGINS, ROOT, Server, add_model, add_sub_inputs, tensor_config
+from conftest import PLUGINS, ROOT, Server, add_model, add_sub_inputs, tensor_config, wait_for
 
 DOUBLED = np.arange(16).reshape(1, 16) * 2  # what the add/sub models answer for add_sub() below
 # A model that exists only in a load request: the identity plugin on FP32 vectors.
@@ -53,15 +53,6 @@ def index(server, ready=None):
     response = requests.post(server.url("/v2/repository/index"), json=body)
     assert response.status_code == 200, response.text
     return {(e["name"], e.get("version", "")): e for e in response.json()}
-
-
-def wait_for(condition, timeout=15, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.fixture()

@@ -6,6 +6,7 @@
 //! runtime at every epoch tick) runs on the request's own task with no thread hand-off, while a backend that
 //! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
+mod leftovers;
 pub mod onnx;
 pub mod python;
 pub mod wasm;

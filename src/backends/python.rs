@@ -10,10 +10,13 @@
 //! `PATH`; without it, Python models fail to load saying so and nothing else is affected.
 
 use std::path::{Path, PathBuf};
+use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::leftovers;
 use crate::content_hash;
+use crate::model_files;
 use crate::model_config::ModelConfig;
 
 const WIT: &str = include_str!("../../wit/backend.wit");
@@ -31,6 +34,9 @@ pub struct PythonBuilder {
 /// Distinguishes the scratch directories of builds running at the same time.
 static BUILDS: AtomicU64 = AtomicU64::new(0);
 
+/// Build directories are named `build-<pid>-<n>`; a server killed mid-build leaves one behind.
+const BUILD: &str = "build-";
+
 impl PythonBuilder {
     /// `configured`: `--backend-config=python,componentize-py=PATH`. `cache_dir`: the server's cache
     /// (`None`: a directory under the system's temp dir, for this process only).
@@ -40,6 +46,7 @@ impl PythonBuilder {
             Some(dir) => dir.join("python"),
             None => std::env::temp_dir().join(format!("tessera-python-{}", std::process::id())),
         };
+        leftovers::sweep(&dir, BUILD);
         PythonBuilder { tool, dir }
     }
 
@@ -53,7 +60,7 @@ impl PythonBuilder {
         if !version_dir.join(file).is_file() {
             return Err(format!("{} is missing", version_dir.join(file).display()));
         }
-        let scratch = self.dir.join(format!("build-{}-{}", std::process::id(), BUILDS.fetch_add(1, Ordering::Relaxed)));
+        let scratch = self.dir.join(leftovers::name(BUILD, &BUILDS.fetch_add(1, Ordering::Relaxed).to_string()));
         let built = self.prepare(&scratch, version_dir, module).and_then(|sources| self.build(&scratch, &sources));
         let _ = std::fs::remove_dir_all(&scratch);
         built
@@ -101,6 +108,7 @@ impl PythonBuilder {
             .env("PYTHONDONTWRITEBYTECODE", "1")
             .env("RUST_BACKTRACE", "0")
             .env("RUST_LIB_BACKTRACE", "0")
+            .die_with_parent()
             .output()
             .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
         if !run.status.success() {
@@ -110,6 +118,32 @@ impl PythonBuilder {
             .map_err(|e| format!("cannot keep the built component in {}: {e}", self.dir.display()))?;
         tracing::info!(component = %component.display(), "built a Python model into a component in {:?}", started.elapsed());
         Ok(component)
+    }
+}
+
+/// A build tool must not outlive the server: killed (even with SIGKILL) mid-build, the server leaves no
+/// compiler running.
+trait DieWithParent {
+    fn die_with_parent(&mut self) -> &mut Self;
+}
+
+impl DieWithParent for Command {
+    fn die_with_parent(&mut self) -> &mut Self {
+        // SAFETY: prctl is async-signal-safe, as a function run between fork and exec must be. The signal
+        // comes when the thread that spawned the tool ends, which is after `output()` returns here.
+        let server = std::process::id();
+        unsafe {
+            self.pre_exec(move || {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // The server may have died before the signal was asked for.
+                if libc::getppid() as u32 != server {
+                    return Err(std::io::Error::other("the server exited while starting the build"));
+                }
+                Ok(())
+            })
+        }
     }
 }
 
@@ -124,7 +158,7 @@ pub fn model_file(config: &ModelConfig) -> &str {
 /// Copies every `.py` file below `from` (packages included) to the same place below `to`.
 fn copy_python_files(from: &Path, to: &Path) -> std::io::Result<()> {
     let mut files = Vec::new();
-    content_hash::collect_files(from, from, &mut files);
+    model_files::regular_files(from, from, &mut files);
     for relative in files.iter().filter(|f| f.ends_with(".py") && !f.contains("__pycache__")) {
         let target = to.join(relative);
         std::fs::create_dir_all(target.parent().unwrap_or(to))?;

@@ -1,28 +1,89 @@
-//! Both frontends' accept loops: connections are taken off the listening socket and each is served by hyper
-//! on a task of its own, until shutdown; then every open connection finishes what it is serving and
-//! closes. This is what `axum::serve` and tonic's `Server` do. It is written out here so that each
-//! connection's task can be wrapped in `PollAgain` (see there for why) and, for gRPC, so that hyper runs
-//! each call with our executor (`grpc::inline_first`).
+//! Every frontend's accept loop: connections are taken off the listening socket and each is served by hyper
+//! on a task of its own, until shutdown; then the listening socket is closed at once and every open
+//! connection finishes what it is serving and closes. This is what `axum::serve` and tonic's `Server` do.
+//! It is written out here so that each connection's task can be wrapped in `PollAgain` (see there for
+//! why), so that hyper runs each gRPC call with our executor (`grpc::inline_first`), and so that every
+//! port is held to the same `ConnectionLimits`.
 
 use std::fmt::Display;
 use std::future::Future;
 use std::os::fd::AsRawFd;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 
 use super::poll_again::PollAgain;
 use crate::busy_poll;
+
+/// What every connection, on every port, is held to: a cap on open connections (so that idle or slow
+/// clients cannot use up the process's file descriptors and lock everyone else out), and a time within
+/// which a new connection must start talking.
+#[derive(Clone)]
+pub struct ConnectionLimits {
+    slots: Arc<Semaphore>,
+    max: usize,
+    first_bytes: Duration,
+    /// When a refusal was last logged (ms since `epoch`), so that a flood logs once a second, not per
+    /// connection.
+    refused_logged: Arc<AtomicU64>,
+    epoch: Instant,
+}
+
+impl ConnectionLimits {
+    /// At most `requested` connections open at once, or fewer where the process's open-file limit leaves
+    /// less room; a connection silent for `first_bytes` after it was accepted is closed.
+    pub fn for_process(requested: u64, first_bytes: Duration) -> Self {
+        let max = match open_file_limit() {
+            Some(files) if files.saturating_sub(RESERVED_DESCRIPTORS) < requested => {
+                let max = files.saturating_sub(RESERVED_DESCRIPTORS).max(1);
+                tracing::warn!(
+                    "the open-file limit is {files}: at most {max} client connections will be open at once \
+                     (--max-connections {requested} asks for more)"
+                );
+                max
+            }
+            _ => requested,
+        };
+        Self::new(usize::try_from(max).unwrap_or(usize::MAX), first_bytes)
+    }
+
+    /// At most `max` connections open at once; a connection silent for `first_bytes` after it was accepted
+    /// is closed.
+    pub fn new(max: usize, first_bytes: Duration) -> Self {
+        ConnectionLimits {
+            slots: Arc::new(Semaphore::new(max)),
+            max,
+            first_bytes,
+            refused_logged: Arc::new(AtomicU64::new(0)),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn refused(&self, protocol: &str) {
+        let now = self.epoch.elapsed().as_millis() as u64 + 1000;
+        let last = self.refused_logged.load(Ordering::Relaxed);
+        if now >= last + 1000 && self.refused_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+            tracing::warn!(
+                "{protocol}: refusing new connections: {} are open, the limit (--max-connections)",
+                self.max
+            );
+        }
+    }
+}
 
 /// Serves every connection `listener` accepts with the hyper connection `connect` makes of it, until
 /// `shutdown` resolves. `protocol` names the port in the log.
 pub async fn serve<C>(
     listener: TcpListener,
     protocol: &'static str,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
-    connect: impl Fn(TokioIo<TcpStream>) -> C,
+    connect: impl Fn(TokioIo<TcpStream>) -> C + Clone + Send + 'static,
 ) where
     C: GracefulConnection + Send + 'static,
     C::Error: Display,
@@ -34,14 +95,52 @@ pub async fn serve<C>(
             tcp = next_connection(&listener, protocol) => tcp,
             () = &mut shutdown => break,
         };
-        let connection = connections.watch(connect(TokioIo::new(tcp)));
+        // Over the limit the connection is closed at once: the client sees a clear failure instead of
+        // waiting in the listen queue for a slot.
+        let Ok(slot) = limits.slots.clone().try_acquire_owned() else {
+            limits.refused(protocol);
+            continue;
+        };
+        let (watcher, connect, first_bytes) = (connections.watcher(), connect.clone(), limits.first_bytes);
         tokio::spawn(PollAgain::new(async move {
-            if let Err(e) = connection.await {
+            let _slot = slot;
+            // A peek, not `readable()`: readiness can be reported before any byte has arrived.
+            if !matches!(tokio::time::timeout(first_bytes, tcp.peek(&mut [0])).await, Ok(Ok(1))) {
+                tracing::debug!("{protocol}: closed a connection that sent nothing for {first_bytes:?}");
+                return;
+            }
+            if let Err(e) = watcher.watch(connect(TokioIo::new(tcp))).await {
                 tracing::debug!("{protocol} connection ended with an error: {e}");
             }
         }));
     }
+    // Stop accepting now: connections that arrive while the open ones finish are refused by the system
+    // instead of waiting in a queue no one reads.
+    drop(listener);
     connections.shutdown().await;
+}
+
+/// Descriptors kept below the open-file limit for the server's own use: model files, the instances'
+/// threads and pipes, the plugin cache.
+const RESERVED_DESCRIPTORS: u64 = 256;
+
+/// The process's open-file limit, after raising its soft limit to the hard one (as servers commonly do:
+/// the soft default of 1024 is far below what a server with many clients needs).
+fn open_file_limit() -> Option<u64> {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit only read and write the struct passed.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return None;
+        }
+        if limit.rlim_cur < limit.rlim_max {
+            let raised = libc::rlimit { rlim_cur: limit.rlim_max, rlim_max: limit.rlim_max };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit = raised;
+            }
+        }
+    }
+    (limit.rlim_cur != libc::RLIM_INFINITY).then_some(limit.rlim_cur)
 }
 
 /// The next connection, ready to serve. A failure that concerns one connection (it was reset before it was

@@ -9,8 +9,12 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
+use hyper_util::service::TowerToHyperService;
 use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
 
+use super::connections::{self, ConnectionLimits};
 use crate::scheduler::stats::Timing;
 
 const LABELS: [&str; 2] = ["model", "version"];
@@ -141,8 +145,10 @@ impl ModelMetrics {
 pub async fn serve(
     listener: tokio::net::TcpListener,
     metrics: Arc<Metrics>,
+    limits: ConnectionLimits,
+    header_timeout: std::time::Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
+) {
     let router = Router::new().route(
         "/metrics",
         get(move || {
@@ -150,5 +156,8 @@ pub async fn serve(
             async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], metrics.render()).into_response() }
         }),
     );
-    axum::serve(listener, router).with_graceful_shutdown(shutdown).await
+    let service = TowerToHyperService::new(router);
+    let mut builder = http1::Builder::new();
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
+    connections::serve(listener, "metrics", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
 }

@@ -3,7 +3,7 @@
 //! once. They hold no model state of their own. What both protocols report about the server (metadata,
 //! liveness, readiness) is computed in `server::ServerContext` so they cannot disagree.
 
-mod connections;
+pub mod connections;
 pub mod grpc;
 pub mod http;
 pub mod metrics;

@@ -71,7 +71,11 @@ impl Signature {
                 self.model
             )));
         }
+        let mut requested = HashSet::new();
         for name in &request.requested_outputs {
+            if !requested.insert(name.as_str()) {
+                return Err(Error::invalid(format!("output '{name}' already exists in request")));
+            }
             if !self.outputs.iter().any(|s| &s.name == name) {
                 return Err(Error::invalid(format!("unexpected inference output '{name}' for model '{}'", self.model)));
             }
@@ -191,5 +195,11 @@ mod tests {
         assert!(sig.check_request(&request(vec![1, 15], 60)).unwrap_err().to_string().contains("expects [-1, 16]"));
         assert!(sig.check_request(&request(vec![1, 16], 60)).unwrap_err().to_string().contains("needs 64 bytes"));
         assert!(sig.check_request(&request(vec![16], 64)).is_err());
+    }
+
+    #[test]
+    fn rejects_an_output_requested_twice() {
+        let twice = InferenceRequest { requested_outputs: vec!["OUTPUT0".into(), "OUTPUT0".into()], ..request(vec![1, 16], 64) };
+        assert!(simple().check_request(&twice).unwrap_err().to_string().contains("'OUTPUT0' already exists"));
     }
 }

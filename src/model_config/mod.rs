@@ -9,6 +9,8 @@ mod validate;
 
 use std::path::Path;
 
+use crate::model_files;
+
 pub use crate::proto::inference::ModelConfig;
 pub use json::{parse_json, to_json};
 pub use text::parse_text;
@@ -34,12 +36,13 @@ pub fn load(
         ConfigSource::File { config_name } => {
             let path = config_path(model_dir, *config_name);
             let origin = path.display().to_string();
-            match std::fs::read_to_string(&path) {
-                Ok(text) => (parse_text(&text, &origin)?, text, origin),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound && complete.is_some() => {
-                    (ModelConfig::default(), String::new(), origin)
+            match model_files::read_regular(&path, model_files::CONFIG_LIMIT) {
+                Ok(bytes) => {
+                    let text = String::from_utf8(bytes).map_err(|e| format!("{origin}: is not UTF-8 text: {e}"))?;
+                    (parse_text(&text, &origin)?, text, origin)
                 }
-                Err(e) => return Err(format!("{origin}: cannot read: {e}")),
+                Err(e) if e.is_not_found() && complete.is_some() => (ModelConfig::default(), String::new(), origin),
+                Err(e) => return Err(e.to_string()),
             }
         }
         ConfigSource::Json(text) => {
@@ -47,6 +50,7 @@ pub fn load(
             (parse_json(text, &origin)?, String::new(), origin)
         }
     };
+    validate::check_model_file_name(&config, &text, &origin)?;
     if let Some(complete) = complete {
         if config.name.is_empty() {
             config.name = model_name.to_string(); // the completer sees the config as Triton passes it, named

@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use super::{line_of, ModelConfig};
+use crate::model_files;
 use crate::proto::inference::{
     model_config::SchedulingChoice, model_instance_group::Kind, model_version_policy, DataType as ConfigDataType, ModelInput, ModelInstanceGroup,
     ModelOutput, ModelVersionPolicy,
@@ -52,6 +53,32 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
     check_tensors("input", inputs, &at)?;
     check_tensors("output", outputs, &at)?;
     check_priority_levels(config).map_err(|e| format!("{}: {e}", at("priority_levels", 0)))?;
+    check_model_file_name(config, text, origin)?;
+    check_instance_count(config).map_err(|e| format!("{}: {e}", at("instance_group", 0)))?;
+    Ok(())
+}
+
+/// `default_model_filename` must be a file name, so that the model file stays inside its version directory.
+/// Checked before a config is completed too, because completing it reads the model file.
+pub fn check_model_file_name(config: &ModelConfig, text: &str, origin: &str) -> Result<(), String> {
+    if config.default_model_filename.is_empty() {
+        return Ok(());
+    }
+    model_files::check_file_name(&config.default_model_filename, "default_model_filename").map_err(|e| {
+        let at = line_of(text, "default_model_filename", 0).map_or(origin.to_string(), |line| format!("{origin}:{line}"));
+        format!("{at}: {e}")
+    })
+}
+
+/// The most instances one model version may have, over all its instance groups. Every instance holds a
+/// store or a session, and an ONNX instance a thread, so a config must not be able to ask for thousands.
+pub const MAX_INSTANCES: i64 = 128;
+
+fn check_instance_count(config: &ModelConfig) -> Result<(), String> {
+    let total: i64 = config.instance_group.iter().map(|g| i64::from(g.count.max(1))).sum();
+    if total > MAX_INSTANCES {
+        return Err(format!("instance_group asks for {total} instances; a model version may have at most {MAX_INSTANCES}"));
+    }
     Ok(())
 }
 
@@ -238,6 +265,20 @@ mod tests {
         assert_eq!(default, "m/config.pbtxt:5: default_priority_level must be in range [1, 2] (priority_levels), got 3");
         let policy = batching("priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 5 value { max_queue_size: 1 } }");
         assert!(check(&policy).unwrap_err().contains("names level 5, outside [1, 2]"));
+    }
+
+    #[test]
+    fn rejects_model_file_paths_and_too_many_instances() {
+        let file = |name: &str| check(&format!("backend: \"wasm\"\ndefault_model_filename: \"{name}\"\n{OUT}"));
+        check(&format!("backend: \"wasm\"\ndefault_model_filename: \"plugin.wasm\"\n{OUT}")).unwrap();
+        for bad in ["/etc/passwd", "../other/1/model.wasm", "sub/model.wasm", ".."] {
+            assert!(file(bad).unwrap_err().starts_with("m/config.pbtxt:2: default_model_filename"), "{bad}");
+        }
+        let instances = |counts: &str| check(&format!("backend: \"wasm\"\n{OUT}instance_group [ {counts} ]\n"));
+        instances("{ count: 64 }, { count: 64 }").unwrap();
+        let error = instances("{ count: 100000 }").unwrap_err();
+        assert_eq!(error, "m/config.pbtxt:3: instance_group asks for 100000 instances; a model version may have at most 128");
+        assert!(instances("{ count: 100 }, { count: 29 }").is_err());
     }
 
     #[test]

@@ -17,11 +17,11 @@ use std::time::{Duration, Instant};
 use super::fingerprint::Fingerprint;
 use super::loader::Loader;
 use super::overrides::{LoadOverrides, ScratchDir};
-use super::record::{ModelRecord, VersionState};
+use super::record::{ModelRecord, VersionState, UNLOADED};
 use super::{ModelRepository, ModelVersion};
 use crate::cli::ControlMode;
 use crate::error::{Error, Result};
-use crate::model_config;
+use crate::{model_config, model_files};
 
 /// Where a model was found in the repositories, or why it cannot be used (a name in two repositories).
 type Location = std::result::Result<PathBuf, String>;
@@ -124,6 +124,7 @@ impl ModelControl {
     /// files, with the supplied configuration if any. Explicit mode only.
     pub async fn load(&self, name: &str, overrides: LoadOverrides) -> Result<()> {
         self.require_explicit()?;
+        model_files::check_model_name(name).map_err(Error::InvalidArgument)?;
         overrides.check()?;
         let location = if overrides.files.is_empty() {
             Some(self.locate(name).ok_or_else(|| Error::invalid(format!("failed to load '{name}': {}", no_directory(name))))?)
@@ -139,6 +140,7 @@ impl ModelControl {
     /// mode only.
     pub async fn unload(&self, name: &str) -> Result<()> {
         self.require_explicit()?;
+        model_files::check_model_name(name).map_err(Error::InvalidArgument)?;
         if self.table.record(name).is_err() {
             return Err(Error::invalid(format!("failed to unload '{name}': the model is not loaded")));
         }
@@ -206,7 +208,10 @@ impl ModelControl {
         let (loader, model, config, before) = (self.loader.clone(), name.to_string(), overrides.config, previous.clone());
         let loaded = tokio::task::spawn_blocking(move || {
             let mut record = loader.load(&model, &dir, config.as_deref(), before.as_deref());
-            record.scratch = scratch;
+            // Supplied files are kept only for as long as a version loaded from them serves.
+            if record.ready_versions().next().is_some() {
+                record.scratch = scratch;
+            }
             record
         })
         .await
@@ -259,8 +264,10 @@ impl ModelControl {
         if remove {
             self.table.remove(name);
         } else {
-            let unloaded = record.with_ready_versions(VersionState::Unavailable("unloaded".into()));
-            self.table.put(ModelRecord { reason: None, scratch: None, ..unloaded });
+            let unloaded = record.with_ready_versions(VersionState::Unavailable(UNLOADED.into()));
+            // A model with no versions (its load failed before any) says "unloaded" at the model level.
+            let reason = unloaded.versions.is_empty().then(|| UNLOADED.to_string());
+            self.table.put(ModelRecord { reason, scratch: None, ..unloaded });
         }
         tracing::info!(model = name, "model unloaded");
     }
@@ -275,11 +282,11 @@ impl ModelControl {
     fn scan(&self) -> std::result::Result<BTreeMap<String, Location>, String> {
         let mut found: BTreeMap<String, Location> = BTreeMap::new();
         for repository in &self.repositories {
-            for (name, dir) in model_directories(repository)? {
-                let location = match found.get(&name) {
-                    Some(Ok(first)) => Err(duplicate(&name, first, &dir)),
-                    Some(Err(reason)) => Err(reason.clone()),
-                    None => Ok(dir),
+            for (name, here) in model_directories(repository)? {
+                let location = match (found.get(&name), &here) {
+                    (Some(Ok(first)), Ok(dir)) => Err(duplicate(&name, first, dir)),
+                    (Some(Err(reason)), _) | (_, Err(reason)) => Err(reason.clone()),
+                    (None, Ok(_)) => here,
                 };
                 found.insert(name, location);
             }
@@ -289,11 +296,12 @@ impl ModelControl {
 
     /// Where `name` is in the repositories, without scanning the others.
     fn locate(&self, name: &str) -> Option<Location> {
-        let dirs: Vec<PathBuf> = self.repositories.iter().map(|r| r.join(name)).filter(|d| d.is_dir()).collect();
-        match dirs.as_slice() {
+        let found: Vec<Location> = self.repositories.iter().filter_map(|r| model_directory(&r.join(name))).collect();
+        match found.as_slice() {
             [] => None,
-            [one] => Some(Ok(one.clone())),
-            [first, second, ..] => Some(Err(duplicate(name, first, second))),
+            [one] => Some(one.clone()),
+            [Ok(first), Ok(second), ..] => Some(Err(duplicate(name, first, second))),
+            [Err(reason), ..] | [_, Err(reason), ..] => Some(Err(reason.clone())),
         }
     }
 }
@@ -343,16 +351,33 @@ fn duplicate(name: &str, first: &Path, second: &Path) -> String {
     format!("model '{name}' exists in two repositories: {} and {}", first.display(), second.display())
 }
 
-/// The model directories of one repository, by name.
-fn model_directories(repository: &Path) -> std::result::Result<Vec<(String, PathBuf)>, String> {
+/// The model directories of one repository, by name. A link to a directory is a model directory, as in
+/// Triton (Kubernetes volumes are laid out with links); one that cannot be followed (a loop, a dangling
+/// link) is a model that fails with the reason, rather than one silently missing.
+fn model_directories(repository: &Path) -> std::result::Result<Vec<(String, Location)>, String> {
     let entries = std::fs::read_dir(repository)
         .map_err(|e| format!("cannot read model repository {}: {e}", repository.display()))?;
     let mut dirs: Vec<_> = entries
         .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|entry| Some((entry.file_name().to_str()?.to_string(), entry.path())))
         .filter(|(name, _)| !name.starts_with('.'))
+        .filter_map(|(name, path)| Some((name, model_directory(&path)?)))
         .collect();
-    dirs.sort();
+    dirs.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(dirs)
+}
+
+/// What the repository entry at `path` is: a model directory, a model that cannot be read (the reason),
+/// or (`None`) nothing that concerns models: absent, or a plain file.
+fn model_directory(path: &Path) -> Option<Location> {
+    path.symlink_metadata().ok()?;
+    match path.metadata() {
+        Ok(metadata) if metadata.is_dir() => Some(Ok(path.to_path_buf())),
+        Ok(_) => None,
+        Err(e) => {
+            let reason = format!("cannot read model directory {}: {e}", path.display());
+            tracing::warn!("{reason}");
+            Some(Err(reason))
+        }
+    }
 }

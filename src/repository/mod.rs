@@ -57,7 +57,7 @@ impl ModelRepository {
         let record = table.get(name).ok_or_else(|| unknown_model(name))?;
         if version.is_empty() {
             let newest = record.ready_versions().next_back().ok_or_else(|| {
-                let why = record.failures().join("; ");
+                let why = record.why_not_serving();
                 Error::NotReady(format!("Request for unknown model: '{name}' has no available versions: {why}"))
             })?;
             return Ok(use_it(newest));

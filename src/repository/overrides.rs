@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use bytes::Bytes;
 
 use crate::error::{Error, Result};
+use crate::model_files;
 
 /// The overrides of one load request.
 #[derive(Default)]
@@ -49,11 +50,16 @@ impl ScratchDir {
         let root = std::env::temp_dir()
             .join(format!("tessera-{}-load-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         let scratch = ScratchDir { root };
+        model_files::check_model_name(model).map_err(Error::InvalidArgument)?;
         let model_dir = scratch.root.join(model);
+        let store_failed = |path: &str, e: &dyn std::fmt::Display| Error::internal(format!("cannot store the supplied file '{path}': {e}"));
+        std::fs::create_dir_all(&model_dir).map_err(|e| store_failed(model, &e))?;
         for (path, content) in files {
-            let target = model_dir.join(relative_path(path)?);
+            // The path was checked as text; resolving it as well keeps every write inside the model
+            // directory whatever the directory holds.
+            let target = model_files::resolve_inside(&model_dir, relative_path(path)?).map_err(Error::InvalidArgument)?;
             let written = target.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&target, content));
-            written.map_err(|e| Error::internal(format!("cannot store the supplied file '{path}': {e}")))?;
+            written.map_err(|e| store_failed(path, &e))?;
         }
         Ok((scratch, model_dir))
     }

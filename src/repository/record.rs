@@ -11,6 +11,9 @@ use super::overrides::ScratchDir;
 use super::ModelVersion;
 use crate::model_config::ModelConfig;
 
+/// The reason an unloaded model or version gives in the repository index, as in Triton.
+pub const UNLOADED: &str = "unloaded";
+
 /// The state of one version of a model, named as in Triton's repository index.
 #[derive(Clone)]
 pub enum VersionState {
@@ -74,15 +77,29 @@ impl ModelRecord {
         })
     }
 
-    /// Every reason this model, or one of its versions, is not fully serving.
+    /// Every reason this model, or one of its versions, is not fully serving. Being unloaded on request is
+    /// not one (as in Triton, it does not make a strictly ready server unready).
     pub fn failures(&self) -> Vec<String> {
         let versions = self.versions.iter().filter_map(|(v, state)| match state {
+            VersionState::Unavailable(reason) if reason == UNLOADED => None,
             VersionState::Unavailable(reason) => Some(format!("version {v}: {reason}")),
             VersionState::Loading => Some(format!("version {v}: loading")),
             VersionState::Unloading => Some(format!("version {v}: unloading")),
             VersionState::Ready(_) => None,
         });
-        self.reason.iter().cloned().chain(versions).collect()
+        self.reason.iter().filter(|r| *r != UNLOADED).cloned().chain(versions).collect()
+    }
+
+    /// Why the model has no version to serve, for a client's error: its failures, or that it was unloaded
+    /// or is still loading.
+    pub fn why_not_serving(&self) -> String {
+        let failures = self.failures();
+        if !failures.is_empty() {
+            return failures.join("; ");
+        }
+        let unloaded = self.reason.as_deref() == Some(UNLOADED)
+            || self.versions.values().any(|v| matches!(v, VersionState::Unavailable(r) if r == UNLOADED));
+        if unloaded { UNLOADED } else { "loading" }.to_string()
     }
 
     /// The same record with every version that was ready put in `state` (unloading, then unloaded).

@@ -36,6 +36,7 @@ use super::{Backend, Instance, LoadContext, Peers};
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
 use crate::model_config::{self, ModelConfig};
+use crate::model_files;
 use crate::tensor::Tensor;
 
 mod bindings {
@@ -125,8 +126,8 @@ impl WasmRuntime {
         version_dir: &Path,
         config: &ModelConfig,
     ) -> std::result::Result<Plugin, String> {
-        let wasm = std::fs::read(&path)
-            .map_err(|e| format!("cannot read plugin {}: {e}", path.display()))?;
+        let wasm = model_files::read_regular(path, model_files::PLUGIN_LIMIT)
+            .map_err(|e| format!("cannot load plugin {e}"))?;
         let label: Arc<str> = label.into();
         let limits = Limits::from_config(config)?;
         let linked = if limits.fuel.is_some() {
@@ -191,7 +192,7 @@ impl Linked {
 
 /// The plugin of the model in `version_dir`, if its file is there.
 pub fn plugin_path(config: &ModelConfig, version_dir: &Path) -> Option<PathBuf> {
-    Some(version_dir.join(plugin_file(config))).filter(|path| path.is_file())
+    Some(version_dir.join(plugin_file(config))).filter(|path| model_files::is_regular_file(path))
 }
 
 /// The plugin's file name in a version directory: `default_model_filename`, else `model.wasm`.

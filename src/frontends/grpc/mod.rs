@@ -3,8 +3,9 @@
 //! answer UNIMPLEMENTED with a message naming the RPC. Message size limits match tritonclient's (2 GiB), so
 //! large tensors are not refused.
 //!
-//! The HTTP/2 settings are the ones tonic's `Server` used by default: no limit on concurrent streams (as
-//! gRPC's C++ server, Triton's), hyper's 1 MiB windows and 16 KiB frames, no keep-alive pings. One thing
+//! The HTTP/2 settings are the ones tonic's `Server` used by default (no limit on concurrent streams, as
+//! gRPC's C++ server, Triton's; hyper's 1 MiB windows and 16 KiB frames), plus keep-alive pings that close
+//! the connection of a peer that stopped answering. One thing
 //! tonic's `Server` did is not done here: enforcing a call's `grpc-timeout` on the server. The client
 //! enforces its own deadline and resets the stream, and that stops the call here.
 
@@ -20,7 +21,7 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::frontends::connections;
+use crate::frontends::connections::{self, ConnectionLimits};
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::*;
 use crate::server::ServerContext;
@@ -28,9 +29,16 @@ use inline_first::InlineFirst;
 
 const MAX_MESSAGE: usize = i32::MAX as usize;
 
+/// A connection quiet for this long is pinged; one that does not answer within `KEEP_ALIVE_TIMEOUT` is
+/// closed, so a vanished peer does not hold its connection (and its streams' memory) forever. gRPC's own
+/// servers ping every two hours; idle clients are common, dead ones should not last that long.
+const KEEP_ALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
+const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 pub async fn serve(
     listener: tokio::net::TcpListener,
     context: Arc<ServerContext>,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let inference = GrpcInferenceServiceServer::new(Service { context: context.clone() })
@@ -39,8 +47,12 @@ pub async fn serve(
     let routes = tonic::service::Routes::new(inference).add_service(health::server(context));
     let service = TowerToHyperService::new(routes.prepare());
     let mut builder = http2::Builder::new(InlineFirst);
-    builder.timer(TokioTimer::new()).max_concurrent_streams(None);
-    connections::serve(listener, "gRPC", shutdown, |io| builder.serve_connection(io, service.clone())).await;
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(None)
+        .keep_alive_interval(KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
+    connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
 }
 
 struct Service {

@@ -12,8 +12,10 @@ use crate::error::{Error, Result};
 use crate::tensor::{bytes_elements, DataType, Tensor};
 
 /// Converts the JSON `data` of input `name` into tensor bytes, expecting exactly `count` elements.
+/// Nothing is allocated from `count`, which is the client's claim: buffers are sized by the elements that
+/// actually arrived, and compared with the claim before any tensor bytes are made.
 pub fn decode(name: &str, datatype: DataType, count: usize, data: &Value) -> Result<Bytes> {
-    let mut elements = Vec::with_capacity(count);
+    let mut elements = Vec::new();
     flatten(data, &mut elements);
     if elements.len() != count {
         return Err(Error::invalid(format!(
@@ -21,7 +23,7 @@ pub fn decode(name: &str, datatype: DataType, count: usize, data: &Value) -> Res
             elements.len()
         )));
     }
-    let mut out = BytesMut::with_capacity(count * datatype.element_size().unwrap_or(8));
+    let mut out = BytesMut::with_capacity(elements.len() * datatype.element_size().unwrap_or(8));
     for (index, element) in elements.into_iter().enumerate() {
         put_element(&mut out, datatype, element).ok_or_else(|| {
             Error::invalid(format!("input '{name}': data[{index}] = {element} is not a valid {datatype} value"))
@@ -119,6 +121,14 @@ mod tests {
         assert!(decode("x", DataType::Int8, 1, &json!([128])).unwrap_err().to_string().contains("not a valid INT8"));
         assert!(decode("x", DataType::Int32, 3, &json!([1, 2])).unwrap_err().to_string().contains("3 elements"));
         assert!(decode("x", DataType::Bool, 1, &json!([1])).is_err());
+    }
+
+    #[test]
+    fn a_huge_declared_count_allocates_nothing_and_is_refused() {
+        for count in [1usize << 45, 1 << 60, usize::MAX] {
+            let error = decode("x", DataType::Fp64, count, &json!([1.0, 2.0])).unwrap_err().to_string();
+            assert!(error.contains("data has 2"), "{error}");
+        }
     }
 
     #[test]

@@ -8,23 +8,28 @@ mod routes;
 
 use std::io::Read;
 use std::sync::Arc;
+use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use bytes::Bytes;
 use hyper::server::conn::http1;
+use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
 use crate::error::Error;
-use crate::frontends::connections;
+use crate::frontends::connections::{self, ConnectionLimits};
 use crate::server::ServerContext;
 
 /// Every route of the HTTP frontend.
 pub fn router(context: Arc<ServerContext>) -> Router {
     let max_body = context.options.http_max_input_size;
+    let body_timeout = Duration::from_secs(context.options.http_body_timeout_secs);
     Router::new()
         .route("/v2", get(routes::server_metadata))
         .route("/v2/health/live", get(routes::live))
@@ -44,19 +49,57 @@ pub fn router(context: Arc<ServerContext>) -> Router {
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer_version))
         .fallback(routes::not_found)
+        .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time))
         .layer(DefaultBodyLimit::max(max_body))
         .with_state(context)
+}
+
+#[derive(Clone, Copy)]
+struct BodyLimits {
+    max: usize,
+    timeout: Duration,
+}
+
+/// Reads a request's whole body before its handler runs, within `--http-body-timeout-secs` of its head. A
+/// client that sends its body slowly, or never finishes it, is answered 408 and its connection closed
+/// (hyper closes a connection whose request body was not read to its end) instead of holding it open.
+async fn read_body_in_time(State(limits): State<BodyLimits>, request: Request, next: Next) -> Response {
+    let (parts, body) = request.into_parts();
+    match tokio::time::timeout(limits.timeout, axum::body::to_bytes(body, limits.max)).await {
+        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Err(e)) if is_too_large(&e) => error_body(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            &format!("the request body is larger than the limit of {} bytes (--http-max-input-size)", limits.max),
+        ),
+        Ok(Err(e)) => error_body(StatusCode::BAD_REQUEST, &format!("cannot read the request body: {e}")),
+        Err(_) => error_body(
+            StatusCode::REQUEST_TIMEOUT,
+            &format!("the request body did not arrive within {:?} (--http-body-timeout-secs)", limits.timeout),
+        ),
+    }
+}
+
+fn is_too_large(error: &axum::Error) -> bool {
+    std::error::Error::source(error).is_some_and(|cause| cause.is::<http_body_util::LengthLimitError>())
 }
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
     context: Arc<ServerContext>,
+    limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
+    let header_timeout = Duration::from_secs(context.options.http_header_timeout_secs);
     let service = TowerToHyperService::new(router(context));
-    let builder = http1::Builder::new();
-    connections::serve(listener, "HTTP", shutdown, |io| builder.serve_connection(io, service.clone())).await;
+    let mut builder = http1::Builder::new();
+    // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
+    // keep-alive connection that stays idle for as long.
+    builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_headers(MAX_HEADERS);
+    connections::serve(listener, "HTTP", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
 }
+
+/// The most header fields a request may have (hyper's default, stated so it is not changed by accident).
+const MAX_HEADERS: usize = 100;
 
 impl IntoResponse for Error {
     fn into_response(self) -> Response {
