@@ -72,9 +72,25 @@ pub struct Options {
     #[arg(long)]
     pub disable_auto_complete_config: bool,
 
-    /// Verbose logging level (0 = off, 1 and up = debug details).
+    /// Verbose logging level (0 = off, 1 = debug lines, 2 and up = trace lines too).
     #[arg(long, default_value_t = 0)]
     pub log_verbose: u32,
+
+    /// Log informational lines.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub log_info: bool,
+
+    /// Log warnings.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub log_warning: bool,
+
+    /// Log errors.
+    #[arg(long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub log_error: bool,
+
+    /// Write the log to this file (appending) instead of standard error.
+    #[arg(long, value_name = "PATH")]
+    pub log_file: Option<String>,
 
     /// A backend setting, `<backend>,<setting>=<value>`, e.g. `onnxruntime,library=/opt/ort/libonnxruntime.so`;
     /// repeat the flag for several.
@@ -142,6 +158,16 @@ impl Options {
             return Err("--repository-poll-secs must be at least 1 in poll mode".into());
         }
         Ok(())
+    }
+
+    /// The log levels the flags ask for.
+    pub fn log_levels(&self) -> crate::observability::logging::Levels {
+        crate::observability::logging::Levels {
+            info: self.log_info,
+            warning: self.log_warning,
+            error: self.log_error,
+            verbose: self.log_verbose,
+        }
     }
 
     /// The last value given for `backend`'s `key` with `--backend-config`.

@@ -12,6 +12,7 @@ pub mod frontends;
 pub mod inference;
 pub mod model_config;
 pub mod model_files;
+pub mod observability;
 pub mod proto;
 pub mod repository;
 pub mod scheduler;

@@ -10,7 +10,13 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let options = tessera::cli::Options::parse();
-    tessera::server::init_logging(options.log_verbose);
+    let _log = match tessera::observability::logging::Log::start(options.log_levels(), options.log_file.as_deref()) {
+        Ok(log) => log,
+        Err(e) => {
+            eprintln!("cannot open the log file {:?}: {e}", options.log_file.as_deref().unwrap_or_default());
+            return std::process::ExitCode::FAILURE;
+        }
+    };
     tessera::busy_poll::enable(std::time::Duration::from_micros(options.busy_poll_us));
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

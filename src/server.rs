@@ -116,16 +116,9 @@ impl ServerContext {
     }
 
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        tracing::debug!(model = %request.model, version = %request.version, id = %request.id, "inference request");
         self.repository.infer(request).await
     }
-}
-
-pub fn init_logging(verbose: u32) {
-    let default = if verbose > 0 { "debug,wasmtime=info,cranelift=info,h2=info,hyper=info,tower=info" } else { "info" };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("TESSERA_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi).init();
 }
 
 /// Loads every model, then serves HTTP and gRPC until a shutdown signal.

@@ -34,6 +34,7 @@ impl Loader {
         config_override: Option<&str>,
         previous: Option<&ModelRecord>,
     ) -> ModelRecord {
+        tracing::debug!(model = name, "loading from {}", model_dir.display());
         let config_file = model_config::config_path(model_dir, self.config_name.as_deref());
         let fingerprint = Fingerprint::of(model_dir, &config_file);
         let mut record = self.load_versions(name, model_dir, config_override, previous, &fingerprint);
