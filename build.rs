@@ -16,10 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".inference.ModelInferResponse")
         .bytes(".inference.InferTensorContents")
         .file_descriptor_set_path(out_dir.join("descriptors.bin"))
-        .compile_protos(
-            &["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto"],
-            &["proto"],
-        )?;
+        .compile_protos(&["proto/grpc_service.proto", "proto/model_config.proto", "proto/health.proto"], &["proto"])?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -152,7 +152,9 @@ fn answer(path: &str, answers: &Answers) -> Vec<u8> {
     } else {
         Vec::new() // health
     };
-    let mut response = format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len()).into_bytes();
+    let mut response =
+        format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len())
+            .into_bytes();
     response.extend_from_slice(&body);
     response
 }

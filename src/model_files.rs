@@ -70,9 +70,13 @@ pub fn open_regular(path: &Path) -> std::io::Result<(File, u64)> {
 
 /// The whole of the regular file at `path`, refused when larger than `limit` bytes. Errors name the file.
 pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
-    let (file, size) = open_regular(path).map_err(|e| ReadError::Io(format!("{}: cannot read: {e}", path.display()), e.kind()))?;
+    let (file, size) =
+        open_regular(path).map_err(|e| ReadError::Io(format!("{}: cannot read: {e}", path.display()), e.kind()))?;
     if size > limit {
-        return Err(ReadError::TooLarge(format!("{}: holds {size} bytes, more than the limit of {limit}", path.display())));
+        return Err(ReadError::TooLarge(format!(
+            "{}: holds {size} bytes, more than the limit of {limit}",
+            path.display()
+        )));
     }
     let mut bytes = Vec::with_capacity(size as usize);
     // The size can change while it is read: never read past the limit whatever the file does meanwhile.
@@ -80,7 +84,10 @@ pub fn read_regular(path: &Path, limit: u64) -> Result<Vec<u8>, ReadError> {
         .read_to_end(&mut bytes)
         .map_err(|e| ReadError::Io(format!("{}: cannot read: {e}", path.display()), e.kind()))?;
     if bytes.len() as u64 > limit {
-        return Err(ReadError::TooLarge(format!("{}: grew past the limit of {limit} bytes while it was read", path.display())));
+        return Err(ReadError::TooLarge(format!(
+            "{}: grew past the limit of {limit} bytes while it was read",
+            path.display()
+        )));
     }
     Ok(bytes)
 }

@@ -40,5 +40,7 @@ pub fn to_triton_json<M: Message>(message: &M, full_name: &str) -> serde_json::V
         .expect("a message always decodes against its own descriptor");
     let options =
         SerializeOptions::new().skip_default_fields(false).use_proto_field_name(true).stringify_64_bit_integers(false);
-    dynamic.serialize_with_options(serde_json::value::Serializer, &options).expect("protobuf JSON serialisation cannot fail")
+    dynamic
+        .serialize_with_options(serde_json::value::Serializer, &options)
+        .expect("protobuf JSON serialisation cannot fail")
 }

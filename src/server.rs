@@ -13,10 +13,10 @@ use tokio::sync::watch;
 
 use crate::backends::{onnx::OnnxRuntime, python::PythonBuilder, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
-use crate::error::Result;
 use crate::error::Error;
-use crate::frontends::metrics::Metrics;
+use crate::error::Result;
 use crate::frontends::connections::ConnectionLimits;
+use crate::frontends::metrics::Metrics;
 use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::proto::inference::ModelStatisticsResponse;
@@ -107,7 +107,9 @@ impl ServerContext {
     /// model (empty `version`), or of one version.
     pub fn statistics(&self, model: &str, version: &str) -> Result<ModelStatisticsResponse> {
         let model_stats = match (model, version) {
-            ("", "") => self.repository.records().iter().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect(),
+            ("", "") => {
+                self.repository.records().iter().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect()
+            }
             ("", _) => return Err(Error::invalid("a model version needs a model name")),
             (model, "") => self.repository.record(model)?.ready_versions().map(|v| v.statistics()).collect(),
             (model, version) => vec![self.repository.version(model, version)?.statistics()],

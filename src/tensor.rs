@@ -132,9 +132,8 @@ impl Tensor {
 /// The number of elements in `shape`, refusing negative dimensions and sizes that overflow.
 pub fn element_count(name: &str, shape: &[i64]) -> Result<usize> {
     shape.iter().try_fold(1usize, |acc, &dim| {
-        let dim = usize::try_from(dim).map_err(|_| {
-            Error::invalid(format!("tensor '{name}': shape {shape:?} has a negative dimension"))
-        })?;
+        let dim = usize::try_from(dim)
+            .map_err(|_| Error::invalid(format!("tensor '{name}': shape {shape:?} has a negative dimension")))?;
         acc.checked_mul(dim).ok_or_else(|| too_large(name))
     })
 }
@@ -203,7 +202,8 @@ mod tests {
 
     #[test]
     fn data_size_must_match_shape() {
-        let t = Tensor { name: "x".into(), datatype: DataType::Int32, shape: vec![2, 2], data: Bytes::from(vec![0; 12]) };
+        let t =
+            Tensor { name: "x".into(), datatype: DataType::Int32, shape: vec![2, 2], data: Bytes::from(vec![0; 12]) };
         assert!(t.check_data_size().unwrap_err().to_string().contains("needs 16 bytes, got 12"));
         let t = Tensor { shape: vec![-1, 3], ..t };
         assert!(t.check_data_size().unwrap_err().to_string().contains("negative"));

@@ -19,7 +19,9 @@ pub fn sweep(dir: &Path, prefix: &str) {
             std::fs::remove_file(&path)
         };
         match removed {
-            Ok(()) => tracing::info!(path = %path.display(), "removed what an earlier server (pid {pid}) left unfinished"),
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed what an earlier server (pid {pid}) left unfinished")
+            }
             Err(e) => tracing::warn!(path = %path.display(), "cannot remove an unfinished cache entry: {e}"),
         }
     }

@@ -124,9 +124,11 @@ impl Runtimes {
                 } else {
                     format!("platform '{}'", ctx.config.platform)
                 };
-                Err(format!("{what} is not available in this server (available backends: {})", Self::AVAILABLE.join(", ")))
+                Err(format!(
+                    "{what} is not available in this server (available backends: {})",
+                    Self::AVAILABLE.join(", ")
+                ))
             }
         }
     }
 }
-

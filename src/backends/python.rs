@@ -9,15 +9,15 @@
 //! repository. componentize-py is found with `--backend-config=python,componentize-py=PATH`, else on
 //! `PATH`; without it, Python models fail to load saying so and nothing else is affected.
 
-use std::path::{Path, PathBuf};
 use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::leftovers;
 use crate::content_hash;
-use crate::model_files;
 use crate::model_config::ModelConfig;
+use crate::model_files;
 
 const WIT: &str = include_str!("../../wit/backend.wit");
 const TESSERA_MODULE: &str = include_str!("../../plugins/python/tessera.py");
@@ -54,9 +54,10 @@ impl PythonBuilder {
     /// cached. Blocks for the build: call it from a blocking thread.
     pub fn component(&self, version_dir: &Path, config: &ModelConfig) -> Result<PathBuf, String> {
         let file = model_file(config);
-        let module = file.strip_suffix(".py").filter(|m| !m.is_empty() && !m.contains(['/', '.'])).ok_or_else(|| {
-            format!("default_model_filename '{file}' must name a Python file (module.py) for backend 'python'")
-        })?;
+        let module =
+            file.strip_suffix(".py").filter(|m| !m.is_empty() && !m.contains(['/', '.'])).ok_or_else(|| {
+                format!("default_model_filename '{file}' must name a Python file (module.py) for backend 'python'")
+            })?;
         if !version_dir.join(file).is_file() {
             return Err(format!("{} is missing", version_dir.join(file).display()));
         }

@@ -67,7 +67,9 @@ impl ConnectionLimits {
     fn refused(&self, protocol: &str) {
         let now = self.epoch.elapsed().as_millis() as u64 + 1000;
         let last = self.refused_logged.load(Ordering::Relaxed);
-        if now >= last + 1000 && self.refused_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok() {
+        if now >= last + 1000
+            && self.refused_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
+        {
             tracing::warn!(
                 "{protocol}: refusing new connections: {} are open, the limit (--max-connections)",
                 self.max

@@ -12,7 +12,10 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
-use prometheus::{Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry, TextEncoder};
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+    TextEncoder,
+};
 
 use super::connections::{self, ConnectionLimits};
 use crate::scheduler::stats::Timing;
@@ -45,29 +48,71 @@ impl Metrics {
     pub fn new() -> Self {
         let registry = Registry::new();
         let pending = IntGaugeVec::new(
-            Opts::new("nv_inference_pending_request_count", "Instantaneous number of pending requests awaiting execution per-model."),
+            Opts::new(
+                "nv_inference_pending_request_count",
+                "Instantaneous number of pending requests awaiting execution per-model.",
+            ),
             &LABELS,
         )
         .expect("valid metric definition");
         registry.register(Box::new(pending.clone())).expect("registered once");
         let buckets = vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
         let batch_size = HistogramVec::new(
-            HistogramOpts::new("tessera_batch_size", "Number of inferences in each model execution (dynamic batching makes it exceed 1).")
-                .buckets(buckets),
+            HistogramOpts::new(
+                "tessera_batch_size",
+                "Number of inferences in each model execution (dynamic batching makes it exceed 1).",
+            )
+            .buckets(buckets),
             &LABELS,
         )
         .expect("valid metric definition");
         registry.register(Box::new(batch_size.clone())).expect("registered once");
         Metrics {
-            success: counter(&registry, "nv_inference_request_success", "Number of successful inference requests, all batch sizes"),
-            failure: counter(&registry, "nv_inference_request_failure", "Number of failed inference requests, all batch sizes"),
-            inference_count: counter(&registry, "nv_inference_count", "Number of inferences performed (does not include cached requests)"),
-            exec_count: counter(&registry, "nv_inference_exec_count", "Number of model executions performed (does not include cached requests)"),
-            request_us: counter(&registry, "nv_inference_request_duration_us", "Cumulative inference request duration in microseconds"),
-            queue_us: counter(&registry, "nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds"),
-            compute_input_us: counter(&registry, "nv_inference_compute_input_duration_us", "Cumulative compute input duration in microseconds"),
-            compute_infer_us: counter(&registry, "nv_inference_compute_infer_duration_us", "Cumulative compute inference duration in microseconds"),
-            compute_output_us: counter(&registry, "nv_inference_compute_output_duration_us", "Cumulative inference compute output duration in microseconds"),
+            success: counter(
+                &registry,
+                "nv_inference_request_success",
+                "Number of successful inference requests, all batch sizes",
+            ),
+            failure: counter(
+                &registry,
+                "nv_inference_request_failure",
+                "Number of failed inference requests, all batch sizes",
+            ),
+            inference_count: counter(
+                &registry,
+                "nv_inference_count",
+                "Number of inferences performed (does not include cached requests)",
+            ),
+            exec_count: counter(
+                &registry,
+                "nv_inference_exec_count",
+                "Number of model executions performed (does not include cached requests)",
+            ),
+            request_us: counter(
+                &registry,
+                "nv_inference_request_duration_us",
+                "Cumulative inference request duration in microseconds",
+            ),
+            queue_us: counter(
+                &registry,
+                "nv_inference_queue_duration_us",
+                "Cumulative inference queuing duration in microseconds",
+            ),
+            compute_input_us: counter(
+                &registry,
+                "nv_inference_compute_input_duration_us",
+                "Cumulative compute input duration in microseconds",
+            ),
+            compute_infer_us: counter(
+                &registry,
+                "nv_inference_compute_infer_duration_us",
+                "Cumulative compute inference duration in microseconds",
+            ),
+            compute_output_us: counter(
+                &registry,
+                "nv_inference_compute_output_duration_us",
+                "Cumulative inference compute output duration in microseconds",
+            ),
             pending,
             batch_size,
             registry,
@@ -159,5 +204,6 @@ pub async fn serve(
     let service = TowerToHyperService::new(router);
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-    connections::serve(listener, "metrics", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
+    connections::serve(listener, "metrics", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
+        .await;
 }

@@ -18,7 +18,9 @@ const UNSUPPORTED_TENSOR_PARAMETERS: [&str; 2] = ["shared_memory_region", "class
 /// Refuses tensor `name` if any of its parameter `keys` belongs to an extension not offered yet.
 pub fn reject_unsupported<'k>(mut keys: impl Iterator<Item = &'k String>, name: &str) -> Result<()> {
     match keys.find(|key| UNSUPPORTED_TENSOR_PARAMETERS.contains(&key.as_str())) {
-        Some(key) => Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet"))),
+        Some(key) => {
+            Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")))
+        }
         None => Ok(()),
     }
 }

@@ -38,14 +38,23 @@ impl Signature {
     /// Derives the signature of a validated config; a reshape's shape is what requests carry.
     pub fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
         let spec = |name: &str, data_type: i32, dims: &[i64], optional: bool| {
-            let datatype = DataType::from_config(data_type).ok_or_else(|| format!("'{name}' has an invalid data type"))?;
+            let datatype =
+                DataType::from_config(data_type).ok_or_else(|| format!("'{name}' has an invalid data type"))?;
             Ok::<_, String>(TensorSpec { name: name.to_string(), datatype, dims: dims.to_vec(), optional })
         };
         Ok(Signature {
             model: config.name.clone(),
             max_batch_size: i64::from(config.max_batch_size),
-            inputs: config.input.iter().map(|i| spec(&i.name, i.data_type, &i.dims, i.optional)).collect::<std::result::Result<_, _>>()?,
-            outputs: config.output.iter().map(|o| spec(&o.name, o.data_type, &o.dims, false)).collect::<std::result::Result<_, _>>()?,
+            inputs: config
+                .input
+                .iter()
+                .map(|i| spec(&i.name, i.data_type, &i.dims, i.optional))
+                .collect::<std::result::Result<_, _>>()?,
+            outputs: config
+                .output
+                .iter()
+                .map(|o| spec(&o.name, o.data_type, &o.dims, false))
+                .collect::<std::result::Result<_, _>>()?,
         })
     }
 
@@ -63,8 +72,12 @@ impl Signature {
             })?;
             self.check_tensor(spec, tensor, "input", &mut batch)?;
         }
-        let missing: Vec<_> =
-            self.inputs.iter().filter(|s| !s.optional && !seen.contains(s.name.as_str())).map(|s| s.name.as_str()).collect();
+        let missing: Vec<_> = self
+            .inputs
+            .iter()
+            .filter(|s| !s.optional && !seen.contains(s.name.as_str()))
+            .map(|s| s.name.as_str())
+            .collect();
         if !missing.is_empty() {
             return Err(Error::invalid(format!(
                 "model '{}' expects input(s) {missing:?} which the request does not contain",
@@ -95,13 +108,13 @@ impl Signature {
         let mut selected = Vec::with_capacity(wanted.len());
         for name in wanted {
             let spec = self.outputs.iter().find(|s| s.name == name).expect("requested outputs were checked");
-            let index = produced.iter().position(|t| t.name == name).ok_or_else(|| {
-                Error::internal(format!("model '{}' did not produce output '{name}'", self.model))
-            })?;
+            let index = produced
+                .iter()
+                .position(|t| t.name == name)
+                .ok_or_else(|| Error::internal(format!("model '{}' did not produce output '{name}'", self.model)))?;
             let tensor = produced.swap_remove(index);
-            self.check_tensor(spec, &tensor, "output", &mut None).map_err(|e| {
-                Error::internal(format!("model '{}' produced an invalid output: {e}", self.model))
-            })?;
+            self.check_tensor(spec, &tensor, "output", &mut None)
+                .map_err(|e| Error::internal(format!("model '{}' produced an invalid output: {e}", self.model)))?;
             selected.push(tensor);
         }
         Ok(selected)
@@ -124,7 +137,10 @@ impl Signature {
             ))
         };
         if tensor.shape.iter().any(|&d| d < 0) {
-            return Err(Error::invalid(format!("{role} '{}' has a negative dimension in shape {:?}", tensor.name, tensor.shape)));
+            return Err(Error::invalid(format!(
+                "{role} '{}' has a negative dimension in shape {:?}",
+                tensor.name, tensor.shape
+            )));
         }
         let dims = if self.max_batch_size > 0 {
             let (&size, rest) = tensor.shape.split_first().ok_or_else(shape_error)?;
@@ -176,7 +192,12 @@ mod tests {
             model: "simple".into(),
             version: String::new(),
             id: String::new(),
-            inputs: vec![Tensor { name: "INPUT0".into(), datatype: DataType::Int32, shape, data: Bytes::from(vec![0; bytes]) }],
+            inputs: vec![Tensor {
+                name: "INPUT0".into(),
+                datatype: DataType::Int32,
+                shape,
+                data: Bytes::from(vec![0; bytes]),
+            }],
             requested_outputs: vec![],
             parameters: vec![],
         }
@@ -199,7 +220,10 @@ mod tests {
 
     #[test]
     fn rejects_an_output_requested_twice() {
-        let twice = InferenceRequest { requested_outputs: vec!["OUTPUT0".into(), "OUTPUT0".into()], ..request(vec![1, 16], 64) };
+        let twice = InferenceRequest {
+            requested_outputs: vec!["OUTPUT0".into(), "OUTPUT0".into()],
+            ..request(vec![1, 16], 64)
+        };
         assert!(simple().check_request(&twice).unwrap_err().to_string().contains("'OUTPUT0' already exists"));
     }
 }

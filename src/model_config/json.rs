@@ -19,7 +19,8 @@ pub fn parse_json(text: &str, origin: &str) -> Result<ModelConfig, String> {
     let dynamic = DynamicMessage::deserialize(model_config_descriptor(), &mut deserializer)
         .and_then(|message| deserializer.end().map(|_| message))
         .map_err(|e| format!("{origin}: not a valid JSON model configuration: {e}"))?;
-    ModelConfig::decode(dynamic.encode_to_vec().as_slice()).map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))
+    ModelConfig::decode(dynamic.encode_to_vec().as_slice())
+        .map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))
 }
 
 #[cfg(test)]

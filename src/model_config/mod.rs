@@ -16,6 +16,9 @@ pub use json::{parse_json, to_json};
 pub use text::parse_text;
 pub use validate::{normalise, validate};
 
+/// What fills in the parts of a config that it leaves out, from the model itself (its backend's answer).
+pub type Completer<'a> = &'a dyn Fn(&mut ModelConfig) -> Result<(), String>;
+
 /// Where a model's configuration comes from.
 pub enum ConfigSource<'a> {
     /// `config.pbtxt`, or `configs/<name>.pbtxt` where `--model-config-name` names one that exists.
@@ -30,7 +33,7 @@ pub fn load(
     model_dir: &Path,
     model_name: &str,
     source: &ConfigSource<'_>,
-    complete: Option<&dyn Fn(&mut ModelConfig) -> Result<(), String>>,
+    complete: Option<Completer<'_>>,
 ) -> Result<ModelConfig, String> {
     let (mut config, text, origin) = match source {
         ConfigSource::File { config_name } => {

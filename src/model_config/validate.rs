@@ -7,8 +7,8 @@ use std::collections::HashSet;
 use super::{line_of, ModelConfig};
 use crate::model_files;
 use crate::proto::inference::{
-    model_config::SchedulingChoice, model_instance_group::Kind, model_version_policy, DataType as ConfigDataType, ModelInput, ModelInstanceGroup,
-    ModelOutput, ModelVersionPolicy,
+    model_config::SchedulingChoice, model_instance_group::Kind, model_version_policy, DataType as ConfigDataType,
+    ModelInput, ModelInstanceGroup, ModelOutput, ModelVersionPolicy,
 };
 
 /// Triton's platform names and the backend each one implies.
@@ -24,8 +24,18 @@ const PLATFORMS: [(&str, &str); 6] = [
 /// Backends a Triton model repository may name. Only some are served by Tessera (see `backends`); the
 /// others are recognised so that their models fail with "not available here" rather than "unknown".
 const KNOWN_BACKENDS: [&str; 12] = [
-    "wasm", "onnxruntime", "pytorch", "tensorflow", "tensorrt", "python", "openvino", "fil", "dali", "ensemble",
-    "vllm", "tensorrtllm",
+    "wasm",
+    "onnxruntime",
+    "pytorch",
+    "tensorflow",
+    "tensorrt",
+    "python",
+    "openvino",
+    "fil",
+    "dali",
+    "ensemble",
+    "vllm",
+    "tensorrtllm",
 ];
 
 /// Returns the first problem found, as "file:line: message" (or "file: message" when no line applies).
@@ -42,14 +52,19 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
         ));
     }
     if config.max_batch_size < 0 {
-        return Err(format!("{}: max_batch_size must be 0 or more, got {}", at("max_batch_size", 0), config.max_batch_size));
+        return Err(format!(
+            "{}: max_batch_size must be 0 or more, got {}",
+            at("max_batch_size", 0),
+            config.max_batch_size
+        ));
     }
-    implied_backend(config).map_err(|e| format!("{}: {e}", at(if config.platform.is_empty() { "backend" } else { "platform" }, 0)))?;
+    implied_backend(config)
+        .map_err(|e| format!("{}: {e}", at(if config.platform.is_empty() { "backend" } else { "platform" }, 0)))?;
     if config.output.is_empty() {
         return Err(format!("{origin}: the model must declare at least one output"));
     }
-    let inputs = config.input.iter().map(|i| TensorDecl::from(i));
-    let outputs = config.output.iter().map(|o| TensorDecl::from(o));
+    let inputs = config.input.iter().map(TensorDecl::from);
+    let outputs = config.output.iter().map(TensorDecl::from);
     check_tensors("input", inputs, &at)?;
     check_tensors("output", outputs, &at)?;
     check_priority_levels(config).map_err(|e| format!("{}: {e}", at("priority_levels", 0)))?;
@@ -65,7 +80,8 @@ pub fn check_model_file_name(config: &ModelConfig, text: &str, origin: &str) -> 
         return Ok(());
     }
     model_files::check_file_name(&config.default_model_filename, "default_model_filename").map_err(|e| {
-        let at = line_of(text, "default_model_filename", 0).map_or(origin.to_string(), |line| format!("{origin}:{line}"));
+        let at =
+            line_of(text, "default_model_filename", 0).map_or(origin.to_string(), |line| format!("{origin}:{line}"));
         format!("{at}: {e}")
     })
 }
@@ -77,7 +93,9 @@ pub const MAX_INSTANCES: i64 = 128;
 fn check_instance_count(config: &ModelConfig) -> Result<(), String> {
     let total: i64 = config.instance_group.iter().map(|g| i64::from(g.count.max(1))).sum();
     if total > MAX_INSTANCES {
-        return Err(format!("instance_group asks for {total} instances; a model version may have at most {MAX_INSTANCES}"));
+        return Err(format!(
+            "instance_group asks for {total} instances; a model version may have at most {MAX_INSTANCES}"
+        ));
     }
     Ok(())
 }
@@ -99,7 +117,9 @@ fn check_priority_levels(config: &ModelConfig) -> Result<(), String> {
         ));
     }
     match batching.priority_queue_policy.keys().find(|level| !(1..=levels).contains(*level)) {
-        Some(level) => Err(format!("priority_queue_policy names level {level}, outside [1, {levels}] (priority_levels)")),
+        Some(level) => {
+            Err(format!("priority_queue_policy names level {level}, outside [1, {levels}] (priority_levels)"))
+        }
         None => Ok(()),
     }
 }
@@ -119,10 +139,9 @@ pub fn implied_backend(config: &ModelConfig) -> Result<String, String> {
     match (config.backend.as_str(), from_platform) {
         ("", None) => Err("the config names neither a platform nor a backend".to_string()),
         ("", Some(backend)) => Ok(backend.to_string()),
-        (backend, Some(implied)) if backend != implied => Err(format!(
-            "platform '{}' implies backend '{implied}' but backend '{backend}' is given",
-            config.platform
-        )),
+        (backend, Some(implied)) if backend != implied => {
+            Err(format!("platform '{}' implies backend '{implied}' but backend '{backend}' is given", config.platform))
+        }
         (backend, _) if !KNOWN_BACKENDS.contains(&backend) => {
             Err(format!("unknown backend '{backend}' (known: {})", KNOWN_BACKENDS.join(", ")))
         }
@@ -140,13 +159,23 @@ struct TensorDecl<'a> {
 
 impl<'a> From<&'a ModelInput> for TensorDecl<'a> {
     fn from(i: &'a ModelInput) -> Self {
-        TensorDecl { name: &i.name, data_type: i.data_type, dims: &i.dims, reshape: i.reshape.as_ref().map(|r| &r.shape[..]) }
+        TensorDecl {
+            name: &i.name,
+            data_type: i.data_type,
+            dims: &i.dims,
+            reshape: i.reshape.as_ref().map(|r| &r.shape[..]),
+        }
     }
 }
 
 impl<'a> From<&'a ModelOutput> for TensorDecl<'a> {
     fn from(o: &'a ModelOutput) -> Self {
-        TensorDecl { name: &o.name, data_type: o.data_type, dims: &o.dims, reshape: o.reshape.as_ref().map(|r| &r.shape[..]) }
+        TensorDecl {
+            name: &o.name,
+            data_type: o.data_type,
+            dims: &o.dims,
+            reshape: o.reshape.as_ref().map(|r| &r.shape[..]),
+        }
     }
 }
 
@@ -241,7 +270,8 @@ mod tests {
 
     #[test]
     fn rejects_bad_dims_negative_batch_missing_type_and_unknown_platform() {
-        let bad_dims = format!("backend: \"wasm\"\ninput [ {{ name: \"A\" data_type: TYPE_FP32 dims: [ -2 ] }} ]\n{OUT}");
+        let bad_dims =
+            format!("backend: \"wasm\"\ninput [ {{ name: \"A\" data_type: TYPE_FP32 dims: [ -2 ] }} ]\n{OUT}");
         assert!(check(&bad_dims).unwrap_err().contains("dimension -2"));
         let no_dims = format!("backend: \"wasm\"\ninput [ {{ name: \"A\" data_type: TYPE_FP32 }} ]\n{OUT}");
         assert!(check(&no_dims).unwrap_err().contains("has no dims"));
@@ -259,11 +289,17 @@ mod tests {
 
     #[test]
     fn rejects_priority_levels_that_do_not_exist() {
-        let batching = |body: &str| format!("backend: \"wasm\"\nmax_batch_size: 4\n{OUT}dynamic_batching {{\n {body} }}\n");
+        let batching =
+            |body: &str| format!("backend: \"wasm\"\nmax_batch_size: 4\n{OUT}dynamic_batching {{\n {body} }}\n");
         check(&batching("priority_levels: 2 default_priority_level: 2")).unwrap();
         let default = check(&batching("priority_levels: 2 default_priority_level: 3")).unwrap_err();
-        assert_eq!(default, "m/config.pbtxt:5: default_priority_level must be in range [1, 2] (priority_levels), got 3");
-        let policy = batching("priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 5 value { max_queue_size: 1 } }");
+        assert_eq!(
+            default,
+            "m/config.pbtxt:5: default_priority_level must be in range [1, 2] (priority_levels), got 3"
+        );
+        let policy = batching(
+            "priority_levels: 2 default_priority_level: 1 priority_queue_policy { key: 5 value { max_queue_size: 1 } }",
+        );
         assert!(check(&policy).unwrap_err().contains("names level 5, outside [1, 2]"));
     }
 
@@ -277,7 +313,10 @@ mod tests {
         let instances = |counts: &str| check(&format!("backend: \"wasm\"\n{OUT}instance_group [ {counts} ]\n"));
         instances("{ count: 64 }, { count: 64 }").unwrap();
         let error = instances("{ count: 100000 }").unwrap_err();
-        assert_eq!(error, "m/config.pbtxt:3: instance_group asks for 100000 instances; a model version may have at most 128");
+        assert_eq!(
+            error,
+            "m/config.pbtxt:3: instance_group asks for 100000 instances; a model version may have at most 128"
+        );
         assert!(instances("{ count: 100 }, { count: 29 }").is_err());
     }
 

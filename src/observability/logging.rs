@@ -35,7 +35,8 @@ const QUIET_LIBRARIES: [&str; 6] = ["wasmtime", "cranelift", "hyper", "h2", "tow
 impl Levels {
     fn allows(&self, metadata: &Metadata<'_>) -> bool {
         let level = *metadata.level();
-        let verbose = |at: u32| self.verbose >= at && !QUIET_LIBRARIES.iter().any(|lib| metadata.target().starts_with(lib));
+        let verbose =
+            |at: u32| self.verbose >= at && !QUIET_LIBRARIES.iter().any(|lib| metadata.target().starts_with(lib));
         match level {
             tracing::Level::ERROR => self.error,
             tracing::Level::WARN => self.warning,
@@ -196,7 +197,11 @@ mod tests {
         assert!(allows(default, Level::INFO, "tessera") && allows(default, Level::ERROR, "tessera"));
         assert!(!allows(default, Level::DEBUG, "tessera"));
         let odd = Levels { info: false, warning: true, error: false, verbose: 1 };
-        assert!(!allows(odd, Level::INFO, "tessera") && allows(odd, Level::WARN, "tessera") && !allows(odd, Level::ERROR, "tessera"));
+        assert!(
+            !allows(odd, Level::INFO, "tessera")
+                && allows(odd, Level::WARN, "tessera")
+                && !allows(odd, Level::ERROR, "tessera")
+        );
         assert!(allows(odd, Level::DEBUG, "tessera::server") && allows(odd, Level::DEBUG, "plugin"));
         assert!(!allows(odd, Level::DEBUG, "h2::codec") && !allows(odd, Level::TRACE, "tessera"));
         let trace = Levels { verbose: 2, ..default };

@@ -127,7 +127,10 @@ impl ModelControl {
         model_files::check_model_name(name).map_err(Error::InvalidArgument)?;
         overrides.check()?;
         let location = if overrides.files.is_empty() {
-            Some(self.locate(name).ok_or_else(|| Error::invalid(format!("failed to load '{name}': {}", no_directory(name))))?)
+            Some(
+                self.locate(name)
+                    .ok_or_else(|| Error::invalid(format!("failed to load '{name}': {}", no_directory(name))))?,
+            )
         } else {
             None
         };
@@ -185,7 +188,12 @@ impl ModelControl {
 
     /// Loads `name` from `location` (or from the supplied files) and swaps it in. The error is the reason
     /// it failed; when it failed on a reload, the versions that were serving still are.
-    async fn load_model(&self, name: &str, overrides: LoadOverrides, location: Option<Location>) -> std::result::Result<(), String> {
+    async fn load_model(
+        &self,
+        name: &str,
+        overrides: LoadOverrides,
+        location: Option<Location>,
+    ) -> std::result::Result<(), String> {
         let lock = self.lock_for(name);
         let _held = lock.lock().await;
         let previous = self.table.record(name).ok();
@@ -205,7 +213,8 @@ impl ModelControl {
             self.table.put(ModelRecord::loading(name, &dir));
         }
         let started = Instant::now();
-        let (loader, model, config, before) = (self.loader.clone(), name.to_string(), overrides.config, previous.clone());
+        let (loader, model, config, before) =
+            (self.loader.clone(), name.to_string(), overrides.config, previous.clone());
         let loaded = tokio::task::spawn_blocking(move || {
             let mut record = loader.load(&model, &dir, config.as_deref(), before.as_deref());
             // Supplied files are kept only for as long as a version loaded from them serves.
@@ -232,9 +241,14 @@ impl ModelControl {
         let failures = loaded.failures();
         let serving = previous.filter(|p| p.ready_versions().next().is_some());
         if let (false, Some(serving)) = (failures.is_empty(), &serving) {
-            let reason = format!("the new state failed to load and the previous versions keep serving: {}", failures.join("; "));
+            let reason =
+                format!("the new state failed to load and the previous versions keep serving: {}", failures.join("; "));
             retire(unused(&loaded, serving));
-            self.table.put(ModelRecord { reason: Some(reason.clone()), fingerprint: loaded.fingerprint, ..(**serving).clone() });
+            self.table.put(ModelRecord {
+                reason: Some(reason.clone()),
+                fingerprint: loaded.fingerprint,
+                ..(**serving).clone()
+            });
             return Err(reason);
         }
         if let Some(replaced) = self.table.put(loaded) {
@@ -311,7 +325,12 @@ fn index_entries(record: &ModelRecord) -> Vec<IndexEntry> {
     let model_reason = record.reason.clone().unwrap_or_default();
     if record.versions.is_empty() {
         let state = if record.reason.is_some() { "UNAVAILABLE" } else { "LOADING" };
-        return vec![IndexEntry { name: record.name.clone(), version: String::new(), state: state.into(), reason: model_reason }];
+        return vec![IndexEntry {
+            name: record.name.clone(),
+            version: String::new(),
+            state: state.into(),
+            reason: model_reason,
+        }];
     }
     record
         .versions

@@ -24,7 +24,9 @@ pub struct Fingerprint {
 impl Fingerprint {
     /// Fingerprints the model in `model_dir`, whose config file is `config_file`.
     pub fn of(model_dir: &Path, config_file: &Path) -> Self {
-        let config = model_files::read_regular(config_file, model_files::CONFIG_LIMIT).ok().map(|bytes| Sha256::digest(bytes).into());
+        let config = model_files::read_regular(config_file, model_files::CONFIG_LIMIT)
+            .ok()
+            .map(|bytes| Sha256::digest(bytes).into());
         let versions = versions::numeric_subdirectories(model_dir)
             .unwrap_or_default()
             .into_iter()

@@ -13,7 +13,7 @@ use super::record::{ModelRecord, VersionState};
 use super::{versions, ModelVersion};
 use crate::backends::Runtimes;
 use crate::frontends::metrics::Metrics;
-use crate::model_config::{self, ConfigSource, ModelConfig};
+use crate::model_config::{self, Completer, ConfigSource, ModelConfig};
 
 /// Everything loading needs, shared by every load.
 pub struct Loader {
@@ -52,8 +52,7 @@ impl Loader {
     ) -> ModelRecord {
         let newest = versions::newest(model_dir).map(|v| model_dir.join(v.to_string()));
         let complete = |config: &mut ModelConfig| self.runtimes.auto_complete(config, newest.as_deref());
-        let complete: Option<&dyn Fn(&mut ModelConfig) -> Result<(), String>> =
-            self.runtimes.complete_configs.then_some(&complete);
+        let complete: Option<Completer<'_>> = self.runtimes.complete_configs.then_some(&complete);
         let source = match config_override {
             Some(json) => ConfigSource::Json(json),
             None => ConfigSource::File { config_name: self.config_name.as_deref() },
@@ -87,7 +86,13 @@ impl Loader {
         }
     }
 
-    fn load_version(&self, model_dir: &Path, config: &Arc<ModelConfig>, version: i64, files: Option<[u8; 32]>) -> VersionState {
+    fn load_version(
+        &self,
+        model_dir: &Path,
+        config: &Arc<ModelConfig>,
+        version: i64,
+        files: Option<[u8; 32]>,
+    ) -> VersionState {
         let started = Instant::now();
         let name = config.name.as_str();
         match ModelVersion::load(&self.runtime, &self.runtimes, &self.metrics, model_dir, config.clone(), version) {
@@ -97,7 +102,12 @@ impl Loader {
                 VersionState::Ready(Arc::new(model))
             }
             Err(reason) => {
-                tracing::warn!(model = name, version, ms = started.elapsed().as_millis() as u64, "failed to load: {reason}");
+                tracing::warn!(
+                    model = name,
+                    version,
+                    ms = started.elapsed().as_millis() as u64,
+                    "failed to load: {reason}"
+                );
                 VersionState::Unavailable(reason)
             }
         }
@@ -114,7 +124,9 @@ fn reusable(
 ) -> Option<Arc<ModelVersion>> {
     match previous?.versions.get(&version) {
         Some(VersionState::Ready(model))
-            if *model.config == *config && model.files.is_some() && model.files == fingerprint.versions.get(&version).copied() =>
+            if *model.config == *config
+                && model.files.is_some()
+                && model.files == fingerprint.versions.get(&version).copied() =>
         {
             Some(model.clone())
         }

@@ -17,8 +17,8 @@ use std::sync::{Arc, RwLock};
 
 pub use control::{IndexEntry, ModelControl};
 pub use loader::Loader;
-pub use model::ModelVersion;
 use model::Lease;
+pub use model::ModelVersion;
 pub use overrides::LoadOverrides;
 pub use record::{ModelRecord, VersionState};
 
@@ -62,8 +62,7 @@ impl ModelRepository {
             })?;
             return Ok(use_it(newest));
         }
-        let unknown =
-            || Error::NotFound(format!("Request for unknown model: '{name}' version {version} is not found"));
+        let unknown = || Error::NotFound(format!("Request for unknown model: '{name}' version {version} is not found"));
         let number: i64 = version.parse().map_err(|_| unknown())?;
         match record.versions.get(&number) {
             Some(VersionState::Ready(model)) => Ok(use_it(model)),

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 use crate::backends::{LoadContext, Runtimes};
-use crate::frontends::metrics::Metrics;
 use crate::error::Result;
+use crate::frontends::metrics::Metrics;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::proto::inference::ModelStatistics;
@@ -76,7 +76,8 @@ impl ModelVersion {
         }
         let pool = Arc::new(InstancePool::new(&format!("{name}:{version}"), instances));
         let stats = Arc::new(Stats::new(metrics.for_model(&name, version)));
-        let batcher = batcher::Policy::from_config(&config).map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
+        let batcher = batcher::Policy::from_config(&config)
+            .map(|policy| Batcher::start(runtime, policy, pool.clone(), stats.clone()));
         Ok(ModelVersion {
             name,
             version,
@@ -119,7 +120,8 @@ impl ModelVersion {
             }
             None => self.execute_alone(request, &requested, batch_size).await,
         };
-        let response = result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
+        let response =
+            result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
         (response, queue)
     }
 

@@ -47,18 +47,25 @@ impl ScratchDir {
     /// Writes `files` under a new private directory; returns it and the model directory inside it.
     pub fn create(model: &str, files: &[(String, Bytes)]) -> Result<(ScratchDir, PathBuf)> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let root = std::env::temp_dir()
-            .join(format!("tessera-{}-load-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        let root = std::env::temp_dir().join(format!(
+            "tessera-{}-load-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
         let scratch = ScratchDir { root };
         model_files::check_model_name(model).map_err(Error::InvalidArgument)?;
         let model_dir = scratch.root.join(model);
-        let store_failed = |path: &str, e: &dyn std::fmt::Display| Error::internal(format!("cannot store the supplied file '{path}': {e}"));
+        let store_failed = |path: &str, e: &dyn std::fmt::Display| {
+            Error::internal(format!("cannot store the supplied file '{path}': {e}"))
+        };
         std::fs::create_dir_all(&model_dir).map_err(|e| store_failed(model, &e))?;
         for (path, content) in files {
             // The path was checked as text; resolving it as well keeps every write inside the model
             // directory whatever the directory holds.
-            let target = model_files::resolve_inside(&model_dir, relative_path(path)?).map_err(Error::InvalidArgument)?;
-            let written = target.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&target, content));
+            let target =
+                model_files::resolve_inside(&model_dir, relative_path(path)?).map_err(Error::InvalidArgument)?;
+            let written =
+                target.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&target, content));
             written.map_err(|e| store_failed(path, &e))?;
         }
         Ok((scratch, model_dir))
@@ -74,7 +81,11 @@ impl Drop for ScratchDir {
 /// A supplied file's path, if it is `<version>/<name...>` with nothing that leaves the model directory.
 fn relative_path(path: &str) -> Result<&Path> {
     let candidate = Path::new(path);
-    let bad = || Error::invalid(format!("supplied file 'file:{path}' must be named <version>/<file>, inside the model directory"));
+    let bad = || {
+        Error::invalid(format!(
+            "supplied file 'file:{path}' must be named <version>/<file>, inside the model directory"
+        ))
+    };
     let mut components = candidate.components();
     match components.next() {
         Some(Component::Normal(version)) if version.to_str().is_some_and(|v| v.parse::<u64>().is_ok()) => {}
@@ -101,7 +112,8 @@ mod tests {
 
     #[test]
     fn supplied_files_live_in_a_scratch_directory_removed_on_drop() {
-        let (scratch, model_dir) = ScratchDir::create("m", &[("1/model.wasm".into(), Bytes::from_static(b"abc"))]).unwrap();
+        let (scratch, model_dir) =
+            ScratchDir::create("m", &[("1/model.wasm".into(), Bytes::from_static(b"abc"))]).unwrap();
         assert_eq!(std::fs::read(model_dir.join("1/model.wasm")).unwrap(), b"abc");
         let root = scratch.root.clone();
         drop(scratch);

@@ -115,7 +115,10 @@ impl Batcher {
     pub async fn submit(&self, request: InferenceRequest, rows: u64, wishes: SchedulingWishes) -> Answer {
         let arrived = Instant::now();
         let (reply, answer) = oneshot::channel();
-        let gone = || Answer { result: Err(Error::Unavailable("the model is being unloaded".into())), queue: arrived.elapsed() };
+        let gone = || Answer {
+            result: Err(Error::Unavailable("the model is being unloaded".into())),
+            queue: arrived.elapsed(),
+        };
         if self.queue.send(Pending { request, rows, arrived, wishes, reply, turn: None }).is_err() {
             return gone();
         }
@@ -124,6 +127,8 @@ impl Batcher {
 }
 
 /// What woke the batching task while it waited.
+// An event lives for one turn of the loop, on its stack: boxing the request would allocate once per request.
+#[allow(clippy::large_enum_variant)]
 enum Event {
     Arrived(Pending),
     /// A timer ran out: a request's queue deadline, or the batch delay.
@@ -260,13 +265,15 @@ impl Loop {
                 .enumerate()
                 .filter(|(_, p)| compatible(&batch[0].request, &p.request))
                 .filter_map(|(position, p)| {
-                    (rows + p.rows <= target).then(|| {
-                        rows += p.rows;
-                        position
-                    })
+                    if rows + p.rows > target {
+                        return None;
+                    }
+                    rows += p.rows;
+                    Some(position)
                 })
                 .collect();
-            let taken: Vec<Pending> = chosen.iter().rev().filter_map(|&position| self.waiting.remove(position)).collect();
+            let taken: Vec<Pending> =
+                chosen.iter().rev().filter_map(|&position| self.waiting.remove(position)).collect();
             batch.extend(taken.into_iter().rev());
             if rows >= target || Instant::now() >= deadline {
                 break;
@@ -291,7 +298,8 @@ impl Loop {
     /// The batch size to aim for: the largest preferred size that `rows` plus the compatible waiting
     /// requests can reach, else `max_batch_size`.
     fn target(&self, rows: u64, head: &InferenceRequest) -> u64 {
-        let available = rows + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
+        let available =
+            rows + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
         let max = self.policy.max_batch_size;
         self.policy.preferred.iter().copied().filter(|&p| p <= available.min(max) && p >= rows).max().unwrap_or(max)
     }
@@ -306,7 +314,10 @@ impl Loop {
 /// Same inputs in the same order, each with the same data type and the same shape past the batch dimension.
 fn compatible(a: &InferenceRequest, b: &InferenceRequest) -> bool {
     a.inputs.len() == b.inputs.len()
-        && a.inputs.iter().zip(&b.inputs).all(|(x, y)| x.name == y.name && x.datatype == y.datatype && x.shape[1..] == y.shape[1..])
+        && a.inputs
+            .iter()
+            .zip(&b.inputs)
+            .all(|(x, y)| x.name == y.name && x.datatype == y.datatype && x.shape[1..] == y.shape[1..])
 }
 
 /// Runs one batch and answers each of its requests.

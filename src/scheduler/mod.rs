@@ -95,8 +95,11 @@ impl InstancePool {
         });
         match run.await {
             Ok((result, started, compute_infer)) => {
-                let timing =
-                    Timing { compute_input: started.duration_since(dequeued), compute_infer, compute_output: Duration::ZERO };
+                let timing = Timing {
+                    compute_input: started.duration_since(dequeued),
+                    compute_infer,
+                    compute_output: Duration::ZERO,
+                };
                 Execution { result, queue, timing: Some(timing) }
             }
             Err(e) => Execution {

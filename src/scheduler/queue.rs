@@ -62,7 +62,9 @@ impl Priorities {
         let default = batching.default_queue_policy.as_ref().map(QueuePolicy::from_config).unwrap_or_default();
         let count = batching.priority_levels.max(1);
         let levels = (1..=count)
-            .map(|level| batching.priority_queue_policy.get(&level).map_or_else(|| default.clone(), QueuePolicy::from_config))
+            .map(|level| {
+                batching.priority_queue_policy.get(&level).map_or_else(|| default.clone(), QueuePolicy::from_config)
+            })
             .collect();
         let default_level = batching.default_priority_level.clamp(1, count) as usize - 1;
         Priorities { levels, default_level }
@@ -184,7 +186,10 @@ impl<T> PriorityQueue<T> {
     /// Empties the queue, in serving order.
     pub fn drain(&mut self) -> Vec<T> {
         self.len = 0;
-        self.levels.iter_mut().flat_map(|l| l.on_time.drain(..).map(|(item, _)| item).chain(l.delayed.drain(..))).collect()
+        self.levels
+            .iter_mut()
+            .flat_map(|l| l.on_time.drain(..).map(|(item, _)| item).chain(l.delayed.drain(..)))
+            .collect()
     }
 }
 

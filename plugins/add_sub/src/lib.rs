@@ -14,10 +14,7 @@ impl Model for AddSub {
     fn execute(&mut self, request: Request) -> Result<Response, String> {
         let (a, b) = (request.input("INPUT0")?, request.input("INPUT1")?);
         if a.shape != b.shape {
-            return Err(format!(
-                "INPUT0 has shape {:?} but INPUT1 has shape {:?}",
-                a.shape, b.shape
-            ));
+            return Err(format!("INPUT0 has shape {:?} but INPUT1 has shape {:?}", a.shape, b.shape));
         }
         let (sum, difference): (Vec<i32>, Vec<i32>) = a
             .values::<i32>()?

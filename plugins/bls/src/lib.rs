@@ -14,29 +14,17 @@ impl Model for Bls {
     }
 
     fn execute(&mut self, request: Request) -> Result<Response, String> {
-        let chain = request
-            .string_parameter("chain")
-            .ok_or("missing string parameter 'chain'")?
-            .to_string();
+        let chain = request.string_parameter("chain").ok_or("missing string parameter 'chain'")?.to_string();
         let mut tensors = request.inputs;
         for model in chain.split(',').map(str::trim) {
             if !model_ready(model, "") {
                 return Err(format!("handled: model '{model}' is not ready"));
             }
-            let response = infer(model, Request::new(tensors))
-                .map_err(|e| format!("handled: '{model}' failed: {e}"))?;
-            tensors = response
-                .outputs
-                .into_iter()
-                .map(|t| rename(t, "OUTPUT", "INPUT"))
-                .collect();
+            let response =
+                infer(model, Request::new(tensors)).map_err(|e| format!("handled: '{model}' failed: {e}"))?;
+            tensors = response.outputs.into_iter().map(|t| rename(t, "OUTPUT", "INPUT")).collect();
         }
-        Ok(Response::new(
-            tensors
-                .into_iter()
-                .map(|t| rename(t, "INPUT", "OUTPUT"))
-                .collect(),
-        ))
+        Ok(Response::new(tensors.into_iter().map(|t| rename(t, "INPUT", "OUTPUT")).collect()))
     }
 }
 

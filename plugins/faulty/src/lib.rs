@@ -26,9 +26,7 @@ impl Model for Faulty {
 
     fn initialize(args: &Args) -> Result<Self, String> {
         println!("faulty plugin initialised as {}", args.instance_name());
-        Ok(Faulty {
-            instance: args.instance_name().to_string(),
-        })
+        Ok(Faulty { instance: args.instance_name().to_string() })
     }
 
     fn execute(&mut self, mut request: Request) -> Result<Response, String> {
@@ -65,18 +63,13 @@ impl Model for Faulty {
                 }
             }
             Some(8) => {
-                std::hint::black_box(
-                    (0..50_000_000u64)
-                        .fold(0u64, |acc, i| std::hint::black_box(acc.wrapping_add(i))),
-                );
+                std::hint::black_box((0..50_000_000u64).fold(0u64, |acc, i| std::hint::black_box(acc.wrapping_add(i))));
                 Ok(echo(input))
             }
-            Some(port) if port >= 1024 => {
-                match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
-                    Ok(_) => Ok(escaped(input, 0)),
-                    Err(e) => Err(format!("connecting to 127.0.0.1:{port} failed: {e}")),
-                }
-            }
+            Some(port) if port >= 1024 => match std::net::TcpStream::connect(("127.0.0.1", port as u16)) {
+                Ok(_) => Ok(escaped(input, 0)),
+                Err(e) => Err(format!("connecting to 127.0.0.1:{port} failed: {e}")),
+            },
             other => Err(format!("unknown MODE {other:?}")),
         }
     }

@@ -33,7 +33,10 @@ pub struct Magika {
 
 /// What is known about one file.
 pub enum Verdict {
-    Decided { label: String, score: f32 },
+    Decided {
+        label: String,
+        score: f32,
+    },
     /// The file needs the model; these are its features.
     NeedsModel(Vec<i32>),
 }
@@ -120,11 +123,8 @@ impl Magika {
     /// kept if its score reaches its threshold (Magika's high-confidence mode), else `txt` or `unknown`.
     pub fn decide(&self, scores: &[f32]) -> Result<Verdict, String> {
         let config = &self.config;
-        let (best, &score) = scores
-            .iter()
-            .enumerate()
-            .max_by(|a, b| a.1.total_cmp(b.1))
-            .ok_or("the model answered an empty row")?;
+        let (best, &score) =
+            scores.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).ok_or("the model answered an empty row")?;
         let model_label = config.target_labels_space.get(best).ok_or("the model answered more labels than it has")?;
         let label = config.overwrite_map.get(model_label).unwrap_or(model_label);
         let threshold = config.thresholds.get(model_label).copied().unwrap_or(config.medium_confidence_threshold);

@@ -19,10 +19,7 @@ pub trait Model: Sized + 'static {
 
     /// Answers a batch of requests, one result each, in order. Override it to work on the batch as a whole.
     fn execute_batch(&mut self, requests: Vec<Request>) -> Vec<Result<Response, String>> {
-        requests
-            .into_iter()
-            .map(|request| self.execute(request))
-            .collect()
+        requests.into_iter().map(|request| self.execute(request)).collect()
     }
 
     /// Called once before the instance is dropped (model unload or server shutdown).
@@ -44,10 +41,7 @@ impl Args {
 
     /// The value of `key`, if the host passed it.
     pub fn get(&self, key: &str) -> Option<&str> {
-        self.pairs
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v.as_str())
+        self.pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     pub fn model_name(&self) -> &str {

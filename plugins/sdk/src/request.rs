@@ -6,12 +6,7 @@ use crate::{ParameterValue, Request, Response, Tensor};
 impl Request {
     /// A request for another model (see [`infer`]) with these inputs and nothing else.
     pub fn new(inputs: Vec<Tensor>) -> Self {
-        Request {
-            id: String::new(),
-            inputs,
-            requested_outputs: Vec::new(),
-            parameters: Vec::new(),
-        }
+        Request { id: String::new(), inputs, requested_outputs: Vec::new(), parameters: Vec::new() }
     }
 
     /// The input called `name`.
@@ -26,10 +21,7 @@ impl Request {
 
     /// The request parameter `key`, if the client sent it.
     pub fn parameter(&self, key: &str) -> Option<&ParameterValue> {
-        self.parameters
-            .iter()
-            .find(|(k, _)| k == key)
-            .map(|(_, v)| v)
+        self.parameters.iter().find(|(k, _)| k == key).map(|(_, v)| v)
     }
 
     /// The string parameter `key`, if the client sent one.
@@ -72,18 +64,12 @@ impl Response {
 
 /// The tensor called `name` among `tensors`; `kind` ("input", "output") names it in the error.
 fn find_named<'a>(tensors: &'a [Tensor], name: &str, kind: &str) -> Result<&'a Tensor, String> {
-    tensors
-        .iter()
-        .find(|t| t.name == name)
-        .ok_or_else(|| format!("missing {kind} {name}"))
+    tensors.iter().find(|t| t.name == name).ok_or_else(|| format!("missing {kind} {name}"))
 }
 
 /// Removes the tensor called `name` from `tensors` and returns it (order is not kept).
 fn take_named(tensors: &mut Vec<Tensor>, name: &str, kind: &str) -> Result<Tensor, String> {
-    let at = tensors
-        .iter()
-        .position(|t| t.name == name)
-        .ok_or_else(|| format!("missing {kind} {name}"))?;
+    let at = tensors.iter().position(|t| t.name == name).ok_or_else(|| format!("missing {kind} {name}"))?;
     Ok(tensors.swap_remove(at))
 }
 

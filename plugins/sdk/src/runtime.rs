@@ -17,18 +17,9 @@ pub fn initialize<M: Model>(args: Vec<(String, String)>) -> Result<(), String> {
 }
 
 pub fn execute<M: Model>(requests: Vec<Request>) -> Vec<Result<Response, String>> {
-    INSTANCE.with(|slot| {
-        match slot
-            .borrow_mut()
-            .as_mut()
-            .and_then(|model| model.downcast_mut::<M>())
-        {
-            Some(model) => model.execute_batch(requests),
-            None => requests
-                .iter()
-                .map(|_| Err("the plugin was not initialised".to_string()))
-                .collect(),
-        }
+    INSTANCE.with(|slot| match slot.borrow_mut().as_mut().and_then(|model| model.downcast_mut::<M>()) {
+        Some(model) => model.execute_batch(requests),
+        None => requests.iter().map(|_| Err("the plugin was not initialised".to_string())).collect(),
     })
 }
 

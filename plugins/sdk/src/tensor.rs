@@ -55,11 +55,7 @@ impl Element for bool {
 
 impl Tensor {
     /// A tensor of `values`, row-major, with `shape`.
-    pub fn new<T: Element>(
-        name: impl Into<String>,
-        shape: impl Into<Vec<i64>>,
-        values: &[T],
-    ) -> Tensor {
+    pub fn new<T: Element>(name: impl Into<String>, shape: impl Into<Vec<i64>>, values: &[T]) -> Tensor {
         let mut data = Vec::with_capacity(values.len() * T::SIZE);
         for value in values {
             value.append_le(&mut data);
@@ -68,11 +64,7 @@ impl Tensor {
     }
 
     /// A BYTES tensor of `items` (each framed with its 4-byte little-endian length, as on Triton's wire).
-    pub fn from_strings<S: AsRef<[u8]>>(
-        name: impl Into<String>,
-        shape: impl Into<Vec<i64>>,
-        items: &[S],
-    ) -> Tensor {
+    pub fn from_strings<S: AsRef<[u8]>>(name: impl Into<String>, shape: impl Into<Vec<i64>>, items: &[S]) -> Tensor {
         let mut data = Vec::new();
         for item in items {
             let item = item.as_ref();
@@ -100,12 +92,7 @@ impl Tensor {
     /// The elements as `T`, which must be the tensor's data type.
     pub fn values<T: Element>(&self) -> Result<Vec<T>, String> {
         if self.datatype != T::DATATYPE {
-            return Err(format!(
-                "{} is {}, not {}",
-                self.name,
-                kserve_name(self.datatype),
-                kserve_name(T::DATATYPE)
-            ));
+            return Err(format!("{} is {}, not {}", self.name, kserve_name(self.datatype), kserve_name(T::DATATYPE)));
         }
         Ok(self.bytes().chunks_exact(T::SIZE).map(T::from_le).collect())
     }
@@ -113,23 +100,17 @@ impl Tensor {
     /// The elements of a BYTES tensor.
     pub fn strings(&self) -> Result<Vec<Vec<u8>>, String> {
         if self.datatype != DataType::Bytes {
-            return Err(format!(
-                "{} is {}, not BYTES",
-                self.name,
-                kserve_name(self.datatype)
-            ));
+            return Err(format!("{} is {}, not BYTES", self.name, kserve_name(self.datatype)));
         }
         let data = self.bytes();
         let mut items = Vec::new();
         let mut rest = &data[..];
         while !rest.is_empty() {
-            let (length, tail) = rest
-                .split_at_checked(4)
-                .ok_or_else(|| format!("{} has a truncated element", self.name))?;
+            let (length, tail) =
+                rest.split_at_checked(4).ok_or_else(|| format!("{} has a truncated element", self.name))?;
             let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
-            let (item, tail) = tail
-                .split_at_checked(length)
-                .ok_or_else(|| format!("{} has a truncated element", self.name))?;
+            let (item, tail) =
+                tail.split_at_checked(length).ok_or_else(|| format!("{} has a truncated element", self.name))?;
             items.push(item.to_vec());
             rest = tail;
         }
@@ -151,10 +132,7 @@ impl Tensor {
 
     /// The same tensor under another name; nothing is copied.
     pub fn renamed(self, name: impl Into<String>) -> Tensor {
-        Tensor {
-            name: name.into(),
-            ..self
-        }
+        Tensor { name: name.into(), ..self }
     }
 
     /// A second tensor with the same name, shape and data, for a tensor that goes to two places; a large

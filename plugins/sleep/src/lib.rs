@@ -15,14 +15,10 @@ struct Sleep;
 
 impl Model for Sleep {
     fn auto_complete_config(config_json: String) -> Result<String, String> {
-        let mut config: serde_json::Value =
-            serde_json::from_str(&config_json).map_err(|e| e.to_string())?;
+        let mut config: serde_json::Value = serde_json::from_str(&config_json).map_err(|e| e.to_string())?;
         let tensor = |name: &str| serde_json::json!([{ "name": name, "data_type": "TYPE_INT32", "dims": [1] }]);
         for (field, name) in [("input", "MS"), ("output", "OUT")] {
-            if config[field]
-                .as_array()
-                .is_none_or(|declared| declared.is_empty())
-            {
+            if config[field].as_array().is_none_or(|declared| declared.is_empty()) {
                 config[field] = tensor(name);
             }
         }
@@ -31,11 +27,8 @@ impl Model for Sleep {
 
     /// Pauses for the config parameter `initialize_ms`, if set: a slow-loading model for the tests.
     fn initialize(args: &Args) -> Result<Self, String> {
-        let config: serde_json::Value =
-            serde_json::from_str(args.config_json()).map_err(|e| e.to_string())?;
-        let pause = config["parameters"]["initialize_ms"]["string_value"]
-            .as_str()
-            .and_then(|v| v.parse().ok());
+        let config: serde_json::Value = serde_json::from_str(args.config_json()).map_err(|e| e.to_string())?;
+        let pause = config["parameters"]["initialize_ms"]["string_value"].as_str().and_then(|v| v.parse().ok());
         std::thread::sleep(Duration::from_millis(pause.unwrap_or(0)));
         Ok(Sleep)
     }

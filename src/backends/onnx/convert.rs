@@ -54,10 +54,15 @@ pub fn to_ort(tensor: &Tensor) -> Result<DynValue, String> {
         let value = OrtTensor::from_string_array((shape, strings.as_slice())).map_err(|e| e.to_string())?;
         return Ok(value.into_dyn());
     }
-    let mut value = DynTensor::new(&Allocator::default(), element_of(tensor.datatype), shape).map_err(|e| e.to_string())?;
+    let mut value =
+        DynTensor::new(&Allocator::default(), element_of(tensor.datatype), shape).map_err(|e| e.to_string())?;
     let size = value.size().unwrap_or(0);
     if size != tensor.data.len() {
-        return Err(format!("input '{}': ONNX Runtime allocated {size} bytes for {} bytes of data", tensor.name, tensor.data.len()));
+        return Err(format!(
+            "input '{}': ONNX Runtime allocated {size} bytes for {} bytes of data",
+            tensor.name,
+            tensor.data.len()
+        ));
     }
     // SAFETY: the tensor was just allocated on the CPU with exactly `size` bytes, and nothing else refers to it.
     unsafe { std::ptr::copy_nonoverlapping(tensor.data.as_ptr(), value.data_ptr_mut().cast::<u8>(), size) };
@@ -69,7 +74,8 @@ pub fn from_ort(name: &str, value: DynValue) -> Result<Tensor, String> {
     let Some((element, shape)) = tensor_signature(value.dtype()) else {
         return Err(format!("output '{name}' is not a tensor ({})", value.dtype()));
     };
-    let datatype = datatype_of(element).ok_or_else(|| format!("output '{name}' has unsupported element type {element:?}"))?;
+    let datatype =
+        datatype_of(element).ok_or_else(|| format!("output '{name}' has unsupported element type {element:?}"))?;
     let data = if datatype == DataType::Bytes {
         let (_, strings) = value.try_extract_strings().map_err(|e| e.to_string())?;
         encode_bytes_elements(strings.iter().map(|s| s.as_bytes()))

@@ -37,9 +37,8 @@ pub struct OnnxRuntime {
 impl OnnxRuntime {
     /// `configured`: the library path given with `--backend-config=onnxruntime,library=PATH`, if any.
     pub fn new(configured: Option<PathBuf>) -> Self {
-        let library = configured
-            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
-            .or_else(project_cache_library);
+        let library =
+            configured.or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from)).or_else(project_cache_library);
         OnnxRuntime { library, environment: OnceLock::new() }
     }
 
@@ -48,9 +47,11 @@ impl OnnxRuntime {
         self.environment
             .get_or_init(|| {
                 let Some(path) = &self.library else {
-                    return Err("the ONNX Runtime library was not found: run `scripts/dev setup`, set ORT_DYLIB_PATH, \
+                    return Err(
+                        "the ONNX Runtime library was not found: run `scripts/dev setup`, set ORT_DYLIB_PATH, \
                                 or pass --backend-config=onnxruntime,library=PATH"
-                        .to_string());
+                            .to_string(),
+                    );
                 };
                 let builder = ort::init_from(path)
                     .map_err(|e| format!("cannot load the ONNX Runtime library {}: {e}", path.display()))?;
@@ -80,7 +81,12 @@ impl OnnxRuntime {
             label: format!("{}:{}", ctx.model, ctx.version),
             signature: Signature::from_config(ctx.config)?,
             batching: ctx.config.max_batch_size > 0,
-            reshape: ctx.config.input.iter().filter_map(|i| Some((i.name.clone(), i.reshape.as_ref()?.shape.clone()))).collect(),
+            reshape: ctx
+                .config
+                .input
+                .iter()
+                .filter_map(|i| Some((i.name.clone(), i.reshape.as_ref()?.shape.clone())))
+                .collect(),
             reshaped_outputs: ctx
                 .config
                 .output
@@ -110,8 +116,10 @@ impl OnnxRuntime {
             outlets
                 .iter()
                 .map(|o| {
-                    let (element, dims) = convert::tensor_signature(o.dtype()).ok_or_else(|| format!("'{}' is not a tensor", o.name()))?;
-                    let datatype = convert::datatype_of(element).ok_or_else(|| format!("'{}' has unsupported type {element:?}", o.name()))?;
+                    let (element, dims) = convert::tensor_signature(o.dtype())
+                        .ok_or_else(|| format!("'{}' is not a tensor", o.name()))?;
+                    let datatype = convert::datatype_of(element)
+                        .ok_or_else(|| format!("'{}' has unsupported type {element:?}", o.name()))?;
                     Ok((o.name().to_string(), datatype.to_config() as i32, dims))
                 })
                 .collect()
@@ -128,13 +136,23 @@ impl OnnxRuntime {
         if config.input.is_empty() {
             config.input = inputs
                 .into_iter()
-                .map(|(name, data_type, dims)| ModelInput { name, data_type, dims: dims[skip.min(dims.len())..].to_vec(), ..Default::default() })
+                .map(|(name, data_type, dims)| ModelInput {
+                    name,
+                    data_type,
+                    dims: dims[skip.min(dims.len())..].to_vec(),
+                    ..Default::default()
+                })
                 .collect();
         }
         if config.output.is_empty() {
             config.output = outputs
                 .into_iter()
-                .map(|(name, data_type, dims)| ModelOutput { name, data_type, dims: dims[skip.min(dims.len())..].to_vec(), ..Default::default() })
+                .map(|(name, data_type, dims)| ModelOutput {
+                    name,
+                    data_type,
+                    dims: dims[skip.min(dims.len())..].to_vec(),
+                    ..Default::default()
+                })
                 .collect();
         }
         Ok(())
@@ -164,14 +182,15 @@ struct SessionOptions {
 
 impl SessionOptions {
     fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
-        let count = |key: &str| -> std::result::Result<Option<usize>, String> {
-            match config.parameters.get(key) {
-                None => Ok(None),
-                Some(p) => p.string_value.trim().parse().map(Some).map_err(|_| {
-                    format!("parameter {key} must be a non-negative integer, got '{}'", p.string_value)
-                }),
-            }
-        };
+        let count =
+            |key: &str| -> std::result::Result<Option<usize>, String> {
+                match config.parameters.get(key) {
+                    None => Ok(None),
+                    Some(p) => p.string_value.trim().parse().map(Some).map_err(|_| {
+                        format!("parameter {key} must be a non-negative integer, got '{}'", p.string_value)
+                    }),
+                }
+            };
         let instances: usize = config.instance_group.iter().map(|g| g.count.max(1) as usize).sum::<usize>().max(1);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let level = match config.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level) {
@@ -213,7 +232,12 @@ fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::
         .input
         .iter()
         .map(|i| ("input", &i.name, i.data_type, &i.dims, i.reshape.as_ref().map(|r| &r.shape)))
-        .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref().map(|r| &r.shape))));
+        .chain(
+            config
+                .output
+                .iter()
+                .map(|o| ("output", &o.name, o.data_type, &o.dims, o.reshape.as_ref().map(|r| &r.shape))),
+        );
     for (role, name, data_type, dims, reshape) in declared {
         let outlets = if role == "input" { session.inputs() } else { session.outputs() };
         let Some(outlet) = outlets.iter().find(|o| o.name() == name.as_str()) else {
@@ -299,7 +323,8 @@ impl Instance for OnnxInstance {
         // The instance thread needs a CPU, and its answer comes without a socket: no runtime thread spins.
         let _waiting = busy_poll::Waiting::start();
         let (reply, answer) = oneshot::channel();
-        let lost = || requests.iter().map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
+        let lost =
+            || requests.iter().map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
         if self.jobs.send(Job { requests: requests.to_vec(), reply }).is_err() {
             return lost();
         }
@@ -320,7 +345,9 @@ fn run(session: &mut Session, shared: &Shared, request: &InferenceRequest) -> Re
     let mut inputs = Vec::with_capacity(request.inputs.len());
     for tensor in &request.inputs {
         let value = match shared.reshape.get(&tensor.name) {
-            Some(model_dims) => convert::to_ort(&Tensor { shape: shared.model_shape(&tensor.shape, model_dims), ..tensor.clone() }),
+            Some(model_dims) => {
+                convert::to_ort(&Tensor { shape: shared.model_shape(&tensor.shape, model_dims), ..tensor.clone() })
+            }
             None => convert::to_ort(tensor),
         };
         inputs.push((tensor.name.clone(), value.map_err(Error::invalid)?));

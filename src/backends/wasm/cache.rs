@@ -59,7 +59,9 @@ impl ComponentCache {
                     Ok(component) => return Ok((component, Origin::Cache)),
                     Err(e) => tracing::warn!(path = %path.display(), "ignoring unusable cached component: {e:#}"),
                 },
-                None => tracing::warn!(path = %path.display(), "ignoring unusable cached component: damaged (checksum mismatch)"),
+                None => {
+                    tracing::warn!(path = %path.display(), "ignoring unusable cached component: damaged (checksum mismatch)")
+                }
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => tracing::warn!(path = %path.display(), "cannot read cached component: {e}"),

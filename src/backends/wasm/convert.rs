@@ -16,10 +16,7 @@ use crate::tensor::{DataType, Tensor};
 pub const INLINE_MAX: usize = 16 * 1024;
 
 /// A client's request, handed to the plugin.
-pub fn request_to_wit(
-    state: &mut StoreState,
-    request: &InferenceRequest,
-) -> wasmtime::Result<wit::Request> {
+pub fn request_to_wit(state: &mut StoreState, request: &InferenceRequest) -> wasmtime::Result<wit::Request> {
     Ok(wit::Request {
         id: request.id.clone(),
         inputs: request
@@ -28,11 +25,7 @@ pub fn request_to_wit(
             .map(|t| tensor_to_wit(t, |data| state.hand_over(data)))
             .collect::<wasmtime::Result<_>>()?,
         requested_outputs: request.requested_outputs.clone(),
-        parameters: request
-            .parameters
-            .iter()
-            .map(|(k, v)| (k.clone(), parameter_to_wit(v)))
-            .collect(),
+        parameters: request.parameters.iter().map(|(k, v)| (k.clone(), parameter_to_wit(v))).collect(),
     })
 }
 
@@ -56,17 +49,9 @@ pub fn request_from_wit(
         model,
         version,
         id: request.id,
-        inputs: request
-            .inputs
-            .into_iter()
-            .map(|t| tensor_from_wit(state, t))
-            .collect::<wasmtime::Result<_>>()?,
+        inputs: request.inputs.into_iter().map(|t| tensor_from_wit(state, t)).collect::<wasmtime::Result<_>>()?,
         requested_outputs: request.requested_outputs,
-        parameters: request
-            .parameters
-            .into_iter()
-            .map(|(k, v)| (k, parameter_from_wit(v)))
-            .collect(),
+        parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
     })
 }
 
@@ -81,7 +66,12 @@ pub fn tensor_to_wit(
     } else {
         wit::TensorBytes::Held(handle(tensor.data.clone())?)
     };
-    Ok(wit::Tensor { name: tensor.name.clone(), datatype: datatype_to_wit(tensor.datatype), shape: tensor.shape.clone(), data })
+    Ok(wit::Tensor {
+        name: tensor.name.clone(),
+        datatype: datatype_to_wit(tensor.datatype),
+        shape: tensor.shape.clone(),
+        data,
+    })
 }
 
 fn parameter_to_wit(value: &Parameter) -> wit::ParameterValue {
@@ -121,17 +111,9 @@ const DATATYPES: [(DataType, wit::DataType); 14] = [
 ];
 
 fn datatype_to_wit(datatype: DataType) -> wit::DataType {
-    DATATYPES
-        .iter()
-        .find(|(d, _)| *d == datatype)
-        .map(|(_, w)| *w)
-        .expect("every data type is in DATATYPES")
+    DATATYPES.iter().find(|(d, _)| *d == datatype).map(|(_, w)| *w).expect("every data type is in DATATYPES")
 }
 
 fn datatype_from_wit(datatype: wit::DataType) -> DataType {
-    DATATYPES
-        .iter()
-        .find(|(_, w)| *w == datatype)
-        .map(|(d, _)| *d)
-        .expect("every WIT data type is in DATATYPES")
+    DATATYPES.iter().find(|(_, w)| *w == datatype).map(|(d, _)| *d).expect("every WIT data type is in DATATYPES")
 }

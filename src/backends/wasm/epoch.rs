@@ -37,32 +37,23 @@ impl EpochTicker {
     /// Starts the ticker thread. `tick` advances the epochs and returns false once there is nothing left to
     /// tick (the engines were dropped), which ends the thread.
     pub fn start(mut tick: impl FnMut() -> bool + Send + 'static) -> std::io::Result<Self> {
-        let shared = Arc::new(Shared {
-            running: AtomicUsize::new(0),
-            asleep: AtomicBool::new(false),
-            thread: OnceLock::new(),
-        });
+        let shared =
+            Arc::new(Shared { running: AtomicUsize::new(0), asleep: AtomicBool::new(false), thread: OnceLock::new() });
         let ticker = shared.clone();
-        std::thread::Builder::new()
-            .name("wasm-epoch".into())
-            .spawn(move || {
-                // Set before `asleep` can first be true, so a call that sees it asleep finds the thread to wake.
-                let _ = ticker.thread.set(std::thread::current());
-                let mut idle = 0;
-                while tick() {
-                    idle = if ticker.running.load(SeqCst) == 0 {
-                        idle + 1
-                    } else {
-                        0
-                    };
-                    if idle >= IDLE_TICKS {
-                        // Woken by a call, the next tick resets `idle`; woken by the timeout, it sleeps again.
-                        ticker.sleep_while_idle();
-                    } else {
-                        std::thread::sleep(EPOCH_TICK);
-                    }
+        std::thread::Builder::new().name("wasm-epoch".into()).spawn(move || {
+            // Set before `asleep` can first be true, so a call that sees it asleep finds the thread to wake.
+            let _ = ticker.thread.set(std::thread::current());
+            let mut idle = 0;
+            while tick() {
+                idle = if ticker.running.load(SeqCst) == 0 { idle + 1 } else { 0 };
+                if idle >= IDLE_TICKS {
+                    // Woken by a call, the next tick resets `idle`; woken by the timeout, it sleeps again.
+                    ticker.sleep_while_idle();
+                } else {
+                    std::thread::sleep(EPOCH_TICK);
                 }
-            })?;
+            }
+        })?;
         Ok(EpochTicker(shared))
     }
 
@@ -121,21 +112,12 @@ mod tests {
     fn sleeps_when_idle_and_ticks_while_a_call_runs() {
         let (ticker, ticks) = counting_ticker();
         std::thread::sleep(EPOCH_TICK * IDLE_TICKS * 3);
-        assert!(
-            ticks_during(&ticks, IDLE_CHECK * 2) <= 3,
-            "an idle ticker keeps ticking"
-        );
+        assert!(ticks_during(&ticks, IDLE_CHECK * 2) <= 3, "an idle ticker keeps ticking");
 
         let call = ticker.running();
-        assert!(
-            ticks_during(&ticks, Duration::from_millis(200)) >= 10,
-            "the ticker did not wake for a running call"
-        );
+        assert!(ticks_during(&ticks, Duration::from_millis(200)) >= 10, "the ticker did not wake for a running call");
         std::thread::sleep(EPOCH_TICK * IDLE_TICKS * 3);
-        assert!(
-            ticks_during(&ticks, Duration::from_millis(100)) >= 5,
-            "the ticker slept during a running call"
-        );
+        assert!(ticks_during(&ticks, Duration::from_millis(100)) >= 5, "the ticker slept during a running call");
         drop(call);
     }
 

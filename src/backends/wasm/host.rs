@@ -31,10 +31,7 @@ pub struct StoreState {
 
 impl WasiView for StoreState {
     fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView {
-            ctx: &mut self.wasi,
-            table: &mut self.table,
-        }
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
     }
 }
 
@@ -62,9 +59,7 @@ impl host::Host for StoreState {
     ) -> wasmtime::Result<Result<types::Response, String>> {
         let request = convert::request_from_wit(self, model.clone(), version, request)?;
         let Some(caller) = self.caller() else {
-            return Ok(Err(
-                "the server is not accepting calls between models yet".into()
-            ));
+            return Ok(Err("the server is not accepting calls between models yet".into()));
         };
         let call = caller.infer(request);
         // The plugin's own deadline cannot fire while the host awaits (no guest code runs to see the epoch),
@@ -72,11 +67,7 @@ impl host::Host for StoreState {
         let answer = match self.deadline {
             Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
                 Ok(answer) => answer,
-                Err(_) => {
-                    return Ok(Err(format!(
-                        "'{model}' did not answer before this plugin's execute timeout"
-                    )))
-                }
+                Err(_) => return Ok(Err(format!("'{model}' did not answer before this plugin's execute timeout"))),
             },
             None => call.await,
         };
@@ -94,9 +85,7 @@ impl host::Host for StoreState {
     }
 
     async fn model_ready(&mut self, model: String, version: String) -> wasmtime::Result<bool> {
-        Ok(self
-            .caller()
-            .is_some_and(|caller| caller.is_ready(&model, &version)))
+        Ok(self.caller().is_some_and(|caller| caller.is_ready(&model, &version)))
     }
 }
 
@@ -121,10 +110,7 @@ impl IsTerminal for GuestOutput {
 
 impl StdoutStream for GuestOutput {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LineLogger {
-            output: self.clone(),
-            pending: Vec::new(),
-        })
+        Box::new(LineLogger { output: self.clone(), pending: Vec::new() })
     }
 
     fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {

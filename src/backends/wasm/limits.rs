@@ -39,12 +39,11 @@ impl Limits {
         let number = |key: &str, default: u64| -> Result<u64, String> {
             match config.parameters.get(key) {
                 None => Ok(default),
-                Some(p) => p.string_value.trim().parse().map_err(|_| {
-                    format!(
-                        "parameter '{key}' must be a whole number, got '{}'",
-                        p.string_value
-                    )
-                }),
+                Some(p) => p
+                    .string_value
+                    .trim()
+                    .parse()
+                    .map_err(|_| format!("parameter '{key}' must be a whole number, got '{}'", p.string_value)),
             }
         };
         let memory_mb = number(MEMORY_KEY, DEFAULT_MEMORY_MB)?;
@@ -65,15 +64,11 @@ impl Limits {
     }
 
     pub fn describe_fuel(&self) -> String {
-        self.fuel
-            .map_or_else(|| "none".into(), |fuel| format!("{fuel} ({FUEL_KEY})"))
+        self.fuel.map_or_else(|| "none".into(), |fuel| format!("{fuel} ({FUEL_KEY})"))
     }
 
     pub fn describe_timeout(&self) -> String {
-        self.execute_timeout.map_or_else(
-            || "none".into(),
-            |t| format!("{} ms ({TIMEOUT_KEY})", t.as_millis()),
-        )
+        self.execute_timeout.map_or_else(|| "none".into(), |t| format!("{} ms ({TIMEOUT_KEY})", t.as_millis()))
     }
 }
 
@@ -92,11 +87,7 @@ const HANDLE_COST: usize = 64;
 
 impl MemoryCap {
     pub fn new(limits: Limits) -> Self {
-        MemoryCap {
-            limits,
-            linear: 0,
-            held: 0,
-        }
+        MemoryCap { limits, linear: 0, held: 0 }
     }
 
     /// Counts a handle of `bytes` the plugin asks for (a new tensor, a shared handle, a BLS answer), or
@@ -123,12 +114,7 @@ impl MemoryCap {
 }
 
 impl ResourceLimiter for MemoryCap {
-    fn memory_growing(
-        &mut self,
-        current: usize,
-        desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn memory_growing(&mut self, current: usize, desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         let linear = self.linear - current.min(self.linear) + desired;
         if linear + self.held > self.limits.memory_bytes {
             wasmtime::bail!(
@@ -142,21 +128,14 @@ impl ResourceLimiter for MemoryCap {
         Ok(true)
     }
 
-    fn table_growing(
-        &mut self,
-        _current: usize,
-        _desired: usize,
-        _maximum: Option<usize>,
-    ) -> wasmtime::Result<bool> {
+    fn table_growing(&mut self, _current: usize, _desired: usize, _maximum: Option<usize>) -> wasmtime::Result<bool> {
         Ok(true)
     }
 }
 
 /// When the `execute` call under way must stop, if it has a deadline.
 pub fn deadline(limits: &Limits) -> Option<Instant> {
-    limits
-        .execute_timeout
-        .map(|timeout| Instant::now() + timeout)
+    limits.execute_timeout.map(|timeout| Instant::now() + timeout)
 }
 
 #[cfg(test)]
@@ -167,12 +146,7 @@ mod tests {
     fn config(parameters: &[(&str, &str)]) -> ModelConfig {
         let mut config = ModelConfig::default();
         for (key, value) in parameters {
-            config.parameters.insert(
-                key.to_string(),
-                ModelParameter {
-                    string_value: value.to_string(),
-                },
-            );
+            config.parameters.insert(key.to_string(), ModelParameter { string_value: value.to_string() });
         }
         config
     }
@@ -183,54 +157,30 @@ mod tests {
         assert_eq!(defaults.memory_bytes, 512 << 20);
         assert_eq!(defaults.execute_timeout, Some(Duration::from_secs(10)));
         let set = Limits::from_config(&config(&[(MEMORY_KEY, "64"), (TIMEOUT_KEY, "0")])).unwrap();
-        assert_eq!(
-            (set.memory_bytes, set.execute_timeout, set.fuel),
-            (64 << 20, None, None)
-        );
+        assert_eq!((set.memory_bytes, set.execute_timeout, set.fuel), (64 << 20, None, None));
         let fueled = Limits::from_config(&config(&[(FUEL_KEY, "1000000")])).unwrap();
         assert_eq!(fueled.fuel, Some(1_000_000));
         let wrong = Limits::from_config(&config(&[(TIMEOUT_KEY, "soon")])).unwrap_err();
-        assert_eq!(
-            wrong,
-            "parameter 'wasm_execute_timeout_ms' must be a whole number, got 'soon'"
-        );
+        assert_eq!(wrong, "parameter 'wasm_execute_timeout_ms' must be a whole number, got 'soon'");
     }
 
     #[test]
     fn growth_past_the_cap_traps_with_the_limit_named() {
-        let mut cap = MemoryCap::new(Limits {
-            memory_bytes: 2 << 20,
-            execute_timeout: None,
-            fuel: None,
-        });
+        let mut cap = MemoryCap::new(Limits { memory_bytes: 2 << 20, execute_timeout: None, fuel: None });
         assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
         assert!(cap.memory_growing(1 << 20, 2 << 20, None).unwrap());
-        let refused = cap
-            .memory_growing(2 << 20, 3 << 20, None)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            refused.contains("memory limit of 2 MiB (wasm_memory_limit_mb)"),
-            "{refused}"
-        );
+        let refused = cap.memory_growing(2 << 20, 3 << 20, None).unwrap_err().to_string();
+        assert!(refused.contains("memory limit of 2 MiB (wasm_memory_limit_mb)"), "{refused}");
     }
 
     #[test]
     fn tensors_held_for_the_plugin_count_against_the_cap() {
-        let mut cap = MemoryCap::new(Limits {
-            memory_bytes: 2 << 20,
-            execute_timeout: None,
-            fuel: None,
-        });
+        let mut cap = MemoryCap::new(Limits { memory_bytes: 2 << 20, execute_timeout: None, fuel: None });
         assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
         let half = cap.hold(512 << 10).unwrap();
         let refused = cap.hold(1 << 20).unwrap_err().to_string();
         assert!(refused.contains("memory limit of 2 MiB"), "{refused}");
-        assert!(
-            cap.memory_growing(1 << 20, (2 << 20) - (256 << 10), None)
-                .is_err(),
-            "tensors leave less room to grow"
-        );
+        assert!(cap.memory_growing(1 << 20, (2 << 20) - (256 << 10), None).is_err(), "tensors leave less room to grow");
         cap.release(half);
         let whole = cap.hold(1 << 20).unwrap();
         // Empty handles still cost something, so that making them without end reaches the limit.

@@ -72,13 +72,7 @@ impl WasmRuntime {
         let plain = Linked::new(Config::new().epoch_interruption(true))?;
         let metered = Linked::new(Config::new().epoch_interruption(true).consume_fuel(true))?;
         let ticker = start_epoch_ticker(&[&plain.engine, &metered.engine])?;
-        Ok(WasmRuntime {
-            plain,
-            metered,
-            cache: ComponentCache::new(cache_dir),
-            peers,
-            ticker,
-        })
+        Ok(WasmRuntime { plain, metered, cache: ComponentCache::new(cache_dir), peers, ticker })
     }
 
     /// Compiles (or loads from cache) and links the component at `component` (the version's plugin, or a
@@ -89,10 +83,7 @@ impl WasmRuntime {
         plugin.base_args = vec![
             ("model_name".into(), ctx.model.to_string()),
             ("model_version".into(), ctx.version.to_string()),
-            (
-                "model_repository".into(),
-                ctx.repository.display().to_string(),
-            ),
+            ("model_repository".into(), ctx.repository.display().to_string()),
             ("model_config".into(), ctx.config_json.to_string()),
             ("model_instance_kind".into(), "CPU".into()),
             ("model_instance_device_id".into(), "0".into()),
@@ -130,38 +121,24 @@ impl WasmRuntime {
             .map_err(|e| format!("cannot load plugin {e}"))?;
         let label: Arc<str> = label.into();
         let limits = Limits::from_config(config)?;
-        let linked = if limits.fuel.is_some() {
-            &self.metered
-        } else {
-            &self.plain
-        };
+        let linked = if limits.fuel.is_some() { &self.metered } else { &self.plain };
         let started = Instant::now();
         let (component, origin) = self
             .cache
             .load(&linked.engine, &wasm)
             .map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
         match origin {
-            Origin::Cache => tracing::info!(
-                model = &*label,
-                "loaded compiled component from cache in {:?}",
-                started.elapsed()
-            ),
-            Origin::Compiled => tracing::info!(
-                model = &*label,
-                "compiled component in {:?}",
-                started.elapsed()
-            ),
+            Origin::Cache => {
+                tracing::info!(model = &*label, "loaded compiled component from cache in {:?}", started.elapsed())
+            }
+            Origin::Compiled => tracing::info!(model = &*label, "compiled component in {:?}", started.elapsed()),
         }
         let pre = linked
             .linker
             .instantiate_pre(&component)
             .map_err(|e| format!("{} cannot be linked: {e:#}", path.display()))?;
-        let pre = BackendPre::new(pre).map_err(|e| {
-            format!(
-                "{} does not implement tessera:backend/backend: {e:#}",
-                path.display()
-            )
-        })?;
+        let pre = BackendPre::new(pre)
+            .map_err(|e| format!("{} does not implement tessera:backend/backend: {e:#}", path.display()))?;
         Ok(Plugin {
             pre,
             label,
@@ -224,11 +201,8 @@ impl Plugin {
     async fn fresh_instance(&self) -> std::result::Result<(Store<StoreState>, Bindings), String> {
         let mut store = self.new_store()?;
         let _running = self.ticker.running();
-        let bindings = self
-            .pre
-            .instantiate_async(&mut store)
-            .await
-            .map_err(|e| format!("cannot instantiate: {e:#}"))?;
+        let bindings =
+            self.pre.instantiate_async(&mut store).await.map_err(|e| format!("cannot instantiate: {e:#}"))?;
         Ok((store, bindings))
     }
 
@@ -257,12 +231,7 @@ impl Plugin {
         bindings
             .call_auto_complete_config(&mut store, config_json)
             .await
-            .map_err(|e| {
-                format!(
-                    "auto-complete-config trapped: {}",
-                    trap_summary(&e, &self.limits)
-                )
-            })?
+            .map_err(|e| format!("auto-complete-config trapped: {}", trap_summary(&e, &self.limits)))?
             .map_err(|e| format!("auto-complete-config failed: {e}"))
     }
 
@@ -284,21 +253,15 @@ impl Plugin {
 
     fn new_state(&self) -> std::result::Result<StoreState, String> {
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(GuestOutput {
-            label: self.label.clone(),
-            stream: "stdout",
-        })
-        .stderr(GuestOutput {
-            label: self.label.clone(),
-            stream: "stderr",
-        })
-        // No sockets and no name lookups (wasmtime also refuses every address by default), no
-        // environment variables, no arguments: only the version directory, read-only.
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
-        .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
-        .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
+        wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
+            .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
+            // No sockets and no name lookups (wasmtime also refuses every address by default), no
+            // environment variables, no arguments: only the version directory, read-only.
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
+            .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
         Ok(StoreState {
             wasi: wasi.build(),
             table: ResourceTable::new(),
@@ -312,19 +275,12 @@ impl Plugin {
 
 #[async_trait]
 impl Backend for WasmModel {
-    async fn create_instance(
-        &self,
-        instance_name: &str,
-    ) -> std::result::Result<Box<dyn Instance>, String> {
+    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
         let plugin = &self.0;
         let mut args = plugin.base_args.clone();
         args.push(("model_instance_name".into(), instance_name.to_string()));
         let live = plugin.instantiate(&args).await?;
-        Ok(Box::new(WasmInstance {
-            model: plugin.clone(),
-            args,
-            live: Some(live),
-        }))
+        Ok(Box::new(WasmInstance { model: plugin.clone(), args, live: Some(live) }))
     }
 }
 
@@ -339,10 +295,7 @@ impl WasmInstance {
     async fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
         if self.live.is_none() {
             let fresh = self.model.instantiate(&self.args).await.map_err(|e| {
-                Error::internal(format!(
-                    "model '{}': cannot re-create the plugin instance: {e}",
-                    self.model.label
-                ))
+                Error::internal(format!("model '{}': cannot re-create the plugin instance: {e}", self.model.label))
             })?;
             self.live = Some(fresh);
         }
@@ -367,9 +320,7 @@ impl Instance for WasmInstance {
         {
             Ok(wit_requests) => wit_requests,
             Err(e) => {
-                let e = Error::internal(format!(
-                    "model '{label}': cannot hand the request to the plugin: {e:#}"
-                ));
+                let e = Error::internal(format!("model '{label}': cannot hand the request to the plugin: {e:#}"));
                 return requests.iter().map(|_| Err(e.clone())).collect();
             }
         };
@@ -383,10 +334,9 @@ impl Instance for WasmInstance {
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
         match outcome {
-            Ok(results) if results.len() == requests.len() => results
-                .into_iter()
-                .map(|r| response_from_wit(store.data_mut(), &label, r))
-                .collect(),
+            Ok(results) if results.len() == requests.len() => {
+                results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect()
+            }
             Ok(results) => {
                 let e = Error::internal(format!(
                     "model '{label}': plugin answered {} requests with {} responses",
@@ -396,15 +346,9 @@ impl Instance for WasmInstance {
                 requests.iter().map(|_| Err(e.clone())).collect()
             }
             Err(trap) => {
-                tracing::warn!(
-                    model = &*label,
-                    "plugin trapped, re-creating the instance: {trap:#}"
-                );
+                tracing::warn!(model = &*label, "plugin trapped, re-creating the instance: {trap:#}");
                 self.live = None;
-                let e = Error::internal(format!(
-                    "model '{label}': plugin trapped: {}",
-                    trap_summary(&trap, &limits)
-                ));
+                let e = Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap, &limits)));
                 requests.iter().map(|_| Err(e.clone())).collect()
             }
         }
@@ -427,26 +371,19 @@ fn response_from_wit(
     label: &str,
     result: std::result::Result<bindings::tessera::backend::types::Response, String>,
 ) -> Result<Vec<Tensor>> {
-    let response =
-        result.map_err(|message| Error::internal(format!("model '{label}': {message}")))?;
+    let response = result.map_err(|message| Error::internal(format!("model '{label}': {message}")))?;
     response
         .outputs
         .into_iter()
         .map(|t| convert::tensor_from_wit(state, t))
         .collect::<wasmtime::Result<_>>()
-        .map_err(|e| {
-            Error::internal(format!(
-                "model '{label}': the plugin returned a tensor it does not own: {e:#}"
-            ))
-        })
+        .map_err(|e| Error::internal(format!("model '{label}': the plugin returned a tensor it does not own: {e:#}")))
 }
 
 /// Gives a store with a fuel budget its full budget for the next call.
 fn refuel(store: &mut Store<StoreState>, limits: &Limits) {
     if let Some(fuel) = limits.fuel {
-        store
-            .set_fuel(fuel)
-            .expect("plugins with a fuel budget run on the engine that counts fuel");
+        store.set_fuel(fuel).expect("plugins with a fuel budget run on the engine that counts fuel");
     }
 }
 
@@ -468,10 +405,7 @@ fn start_epoch_ticker(engines: &[&Engine]) -> std::io::Result<EpochTicker> {
 /// guest backtrace that `{:#}` would add.
 fn trap_summary(error: &wasmtime::Error, limits: &Limits) -> String {
     match error.downcast_ref::<wasmtime::Trap>() {
-        Some(wasmtime::Trap::OutOfFuel) => format!(
-            "the plugin used up its fuel budget of {}",
-            limits.describe_fuel()
-        ),
+        Some(wasmtime::Trap::OutOfFuel) => format!("the plugin used up its fuel budget of {}", limits.describe_fuel()),
         Some(trap) => format!("wasm trap: {trap}"),
         None => error.root_cause().to_string(),
     }

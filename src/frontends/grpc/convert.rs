@@ -24,11 +24,8 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
         )));
     }
     let mut raw = raw.into_iter();
-    let inputs = request
-        .inputs
-        .into_iter()
-        .map(|input| input_from_proto(input, raw.next()))
-        .collect::<Result<Vec<_>>>()?;
+    let inputs =
+        request.inputs.into_iter().map(|input| input_from_proto(input, raw.next())).collect::<Result<Vec<_>>>()?;
     let requested_outputs = request
         .outputs
         .into_iter()
@@ -80,19 +77,27 @@ fn is_empty(c: &InferTensorContents) -> bool {
 /// Packs typed contents into little-endian tensor bytes, checking the element count and each value's range.
 fn contents_to_bytes(name: &str, datatype: DataType, count: usize, c: InferTensorContents) -> Result<Bytes> {
     let mut out = BytesMut::new();
-    let out_of_range = |v: &dyn std::fmt::Display| Error::invalid(format!("input '{name}': value {v} does not fit {datatype}"));
+    let fits = |v: &dyn std::fmt::Display| Error::invalid(format!("input '{name}': value {v} does not fit {datatype}"));
     let found = match datatype {
-        DataType::Bool => put_all(&mut out, &c.bool_contents, |o, &v| Ok(o.put_u8(u8::from(v))))?,
-        DataType::Int8 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i8(i8::try_from(v).map_err(|_| out_of_range(&v))?)))?,
-        DataType::Int16 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i16_le(i16::try_from(v).map_err(|_| out_of_range(&v))?)))?,
-        DataType::Int32 => put_all(&mut out, &c.int_contents, |o, &v| Ok(o.put_i32_le(v)))?,
-        DataType::Int64 => put_all(&mut out, &c.int64_contents, |o, &v| Ok(o.put_i64_le(v)))?,
-        DataType::Uint8 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u8(u8::try_from(v).map_err(|_| out_of_range(&v))?)))?,
-        DataType::Uint16 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u16_le(u16::try_from(v).map_err(|_| out_of_range(&v))?)))?,
-        DataType::Uint32 => put_all(&mut out, &c.uint_contents, |o, &v| Ok(o.put_u32_le(v)))?,
-        DataType::Uint64 => put_all(&mut out, &c.uint64_contents, |o, &v| Ok(o.put_u64_le(v)))?,
-        DataType::Fp32 => put_all(&mut out, &c.fp32_contents, |o, &v| Ok(o.put_f32_le(v)))?,
-        DataType::Fp64 => put_all(&mut out, &c.fp64_contents, |o, &v| Ok(o.put_f64_le(v)))?,
+        DataType::Bool => put_all(&mut out, &c.bool_contents, |&v| Ok(u8::from(v)), BytesMut::put_u8)?,
+        DataType::Int8 => {
+            put_all(&mut out, &c.int_contents, |&v| i8::try_from(v).map_err(|_| fits(&v)), BytesMut::put_i8)?
+        }
+        DataType::Int16 => {
+            put_all(&mut out, &c.int_contents, |&v| i16::try_from(v).map_err(|_| fits(&v)), BytesMut::put_i16_le)?
+        }
+        DataType::Int32 => put_all(&mut out, &c.int_contents, |&v| Ok(v), BytesMut::put_i32_le)?,
+        DataType::Int64 => put_all(&mut out, &c.int64_contents, |&v| Ok(v), BytesMut::put_i64_le)?,
+        DataType::Uint8 => {
+            put_all(&mut out, &c.uint_contents, |&v| u8::try_from(v).map_err(|_| fits(&v)), BytesMut::put_u8)?
+        }
+        DataType::Uint16 => {
+            put_all(&mut out, &c.uint_contents, |&v| u16::try_from(v).map_err(|_| fits(&v)), BytesMut::put_u16_le)?
+        }
+        DataType::Uint32 => put_all(&mut out, &c.uint_contents, |&v| Ok(v), BytesMut::put_u32_le)?,
+        DataType::Uint64 => put_all(&mut out, &c.uint64_contents, |&v| Ok(v), BytesMut::put_u64_le)?,
+        DataType::Fp32 => put_all(&mut out, &c.fp32_contents, |&v| Ok(v), BytesMut::put_f32_le)?,
+        DataType::Fp64 => put_all(&mut out, &c.fp64_contents, |&v| Ok(v), BytesMut::put_f64_le)?,
         DataType::Bytes => {
             out.extend_from_slice(&encode_bytes_elements(c.bytes_contents.iter().map(|b| &b[..])));
             c.bytes_contents.len()
@@ -104,14 +109,22 @@ fn contents_to_bytes(name: &str, datatype: DataType, count: usize, c: InferTenso
         }
     };
     if found != count {
-        return Err(Error::invalid(format!("input '{name}': the shape describes {count} elements but contents has {found}")));
+        return Err(Error::invalid(format!(
+            "input '{name}': the shape describes {count} elements but contents has {found}"
+        )));
     }
     Ok(out.freeze())
 }
 
-fn put_all<T>(out: &mut BytesMut, values: &[T], put: impl Fn(&mut BytesMut, &T) -> Result<()>) -> Result<usize> {
+/// Writes each value, converted (and range-checked) by `convert`, with `put`; returns how many there were.
+fn put_all<T, V>(
+    out: &mut BytesMut,
+    values: &[T],
+    convert: impl Fn(&T) -> Result<V>,
+    put: impl Fn(&mut BytesMut, V),
+) -> Result<usize> {
     for value in values {
-        put(out, value)?;
+        put(out, convert(value)?);
     }
     Ok(values.len())
 }

@@ -25,8 +25,7 @@ impl Health for HealthService {
         Ok(Response::new(HealthCheckResponse { status: status as i32 }))
     }
 
-    type WatchStream =
-        std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
+    type WatchStream = std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<HealthCheckResponse, Status>> + Send>>;
 
     async fn watch(&self, _: Request<HealthCheckRequest>) -> Result<Response<Self::WatchStream>, Status> {
         Err(Status::unimplemented("Health/Watch is not implemented by this server yet; use Health/Check"))

@@ -52,7 +52,8 @@ pub async fn serve(
         .max_concurrent_streams(None)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
+    connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
+        .await;
 }
 
 struct Service {
@@ -127,10 +128,7 @@ impl GrpcInferenceService for Service {
     type ModelStreamInferStream =
         std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
-    async fn model_stream_infer(
-        &self,
-        _: Request<Streaming<ModelInferRequest>>,
-    ) -> Rpc<Self::ModelStreamInferStream> {
+    async fn model_stream_infer(&self, _: Request<Streaming<ModelInferRequest>>) -> Rpc<Self::ModelStreamInferStream> {
         Err(unimplemented("ModelStreamInfer"))
     }
 
@@ -144,7 +142,10 @@ impl GrpcInferenceService for Service {
         Ok(Response::new(repository::index_response(entries)))
     }
 
-    async fn repository_model_load(&self, request: Request<RepositoryModelLoadRequest>) -> Rpc<RepositoryModelLoadResponse> {
+    async fn repository_model_load(
+        &self,
+        request: Request<RepositoryModelLoadRequest>,
+    ) -> Rpc<RepositoryModelLoadResponse> {
         let request = request.into_inner();
         let overrides = repository::load_overrides(request.parameters)?;
         self.context.control.load(&request.model_name, overrides).await?;

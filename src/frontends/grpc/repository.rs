@@ -30,7 +30,9 @@ pub fn load_overrides(parameters: HashMap<String, ModelRepositoryParameter>) -> 
             }
         } else if let Some(path) = key.strip_prefix("file:") {
             match value.parameter_choice {
-                Some(ParameterChoice::BytesParam(content)) => overrides.files.push((path.to_string(), Bytes::from(content))),
+                Some(ParameterChoice::BytesParam(content)) => {
+                    overrides.files.push((path.to_string(), Bytes::from(content)))
+                }
                 _ => return Err(Error::invalid(format!("parameter '{key}' must be a bytes_param"))),
             }
         }

@@ -22,7 +22,12 @@ use crate::tensor::{element_count, DataType, Tensor};
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
-pub async fn infer(ctx: State<Arc<ServerContext>>, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn infer(
+    ctx: State<Arc<ServerContext>>,
+    Path(model): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     handle(ctx, model, String::new(), headers, body).await
 }
 
@@ -35,7 +40,13 @@ pub async fn infer_version(
     handle(ctx, model, version, headers, body).await
 }
 
-async fn handle(State(ctx): State<Arc<ServerContext>>, model: String, version: String, headers: HeaderMap, body: Bytes) -> Response {
+async fn handle(
+    State(ctx): State<Arc<ServerContext>>,
+    model: String,
+    version: String,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let result = async {
         let body = decoded_body(&headers, body, ctx.options.http_max_input_size)?;
         let (request, binary_outputs) = decode_request(model, version, &headers, body)?;
@@ -75,7 +86,12 @@ struct OutputHeader {
 }
 
 /// Decodes the body into a request, and which outputs the client wants in binary form.
-fn decode_request(model: String, version: String, headers: &HeaderMap, body: Bytes) -> Result<(InferenceRequest, Vec<bool>)> {
+fn decode_request(
+    model: String,
+    version: String,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<(InferenceRequest, Vec<bool>)> {
     let header_length = match headers.get(HEADER_LENGTH) {
         None => body.len(),
         Some(value) => {
@@ -177,7 +193,9 @@ fn parameters(map: Map<String, Value>) -> Result<Vec<(String, Parameter)>> {
                     None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
                 },
                 other => {
-                    return Err(Error::invalid(format!("parameter '{key}' must be a bool, number or string, got {other}")))
+                    return Err(Error::invalid(format!(
+                        "parameter '{key}' must be a bool, number or string, got {other}"
+                    )))
                 }
             };
             Ok((key, parameter))
@@ -225,12 +243,18 @@ fn encode_response(response: &InferenceResponse, binary: &[bool]) -> Result<Resp
             data: (!is_binary(i)).then_some(JsonData(t)),
         })
         .collect();
-    let header = ResponseHeader { model_name: &response.model, model_version: response.version.to_string(), id: &response.id, outputs };
+    let header = ResponseHeader {
+        model_name: &response.model,
+        model_version: response.version.to_string(),
+        id: &response.id,
+        outputs,
+    };
     let json = serde_json::to_vec(&header).map_err(|e| Error::invalid(e.to_string()))?;
     if !(0..response.outputs.len()).any(is_binary) {
         return Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response());
     }
-    let binary_size: usize = response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.len()).sum();
+    let binary_size: usize =
+        response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.len()).sum();
     let mut body = BytesMut::with_capacity(json.len() + binary_size);
     body.extend_from_slice(&json);
     for (_, tensor) in response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)) {

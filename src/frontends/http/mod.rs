@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{self, Next};
 use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -95,7 +95,8 @@ pub async fn serve(
     // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
     // keep-alive connection that stays idle for as long.
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_headers(MAX_HEADERS);
-    connections::serve(listener, "HTTP", limits, shutdown, move |io| builder.serve_connection(io, service.clone())).await;
+    connections::serve(listener, "HTTP", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
+        .await;
 }
 
 /// The most header fields a request may have (hyper's default, stated so it is not changed by accident).
@@ -115,7 +116,9 @@ fn decoded_body(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Bytes,
         None | Some("identity") | Some("") => return Ok(body),
         Some("gzip") => Box::new(flate2::read::GzDecoder::new(&body[..])),
         Some("deflate") => Box::new(flate2::read::ZlibDecoder::new(&body[..])),
-        Some(other) => return Err(Error::invalid(format!("unsupported Content-Encoding '{other}' (use gzip or deflate)"))),
+        Some(other) => {
+            return Err(Error::invalid(format!("unsupported Content-Encoding '{other}' (use gzip or deflate)")))
+        }
     };
     let mut inflated = Vec::new();
     (&mut decoder)
