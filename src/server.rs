@@ -16,9 +16,9 @@ use crate::cli::{ControlMode, Options};
 use crate::error::Error;
 use crate::error::Result;
 use crate::frontends::connections::ConnectionLimits;
-use crate::frontends::metrics::Metrics;
 use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::observability::metrics::Metrics;
 use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{Loader, ModelControl, ModelRepository};
 

@@ -1,4 +1,7 @@
-//! What the server tells its operators about itself: the log (levels, destination) now, and the statistics,
-//! metrics and traces that requests record below the scheduler. Frontends only serve what this records.
+//! What the server tells its operators about itself: the log (levels, destination), and the statistics and
+//! Prometheus metrics that the scheduler records for every request. The frontends only serve what this
+//! module records; nothing here knows about a protocol.
 
 pub mod logging;
+pub mod metrics;
+pub mod stats;

@@ -12,8 +12,8 @@ use super::fingerprint::Fingerprint;
 use super::record::{ModelRecord, VersionState};
 use super::{versions, ModelVersion};
 use crate::backends::Runtimes;
-use crate::frontends::metrics::Metrics;
 use crate::model_config::{self, Completer, ConfigSource, ModelConfig};
+use crate::observability::metrics::Metrics;
 
 /// Everything loading needs, shared by every load.
 pub struct Loader {

@@ -13,12 +13,12 @@ use tokio::sync::Notify;
 
 use crate::backends::{LoadContext, Runtimes};
 use crate::error::Result;
-use crate::frontends::metrics::Metrics;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
+use crate::observability::metrics::Metrics;
+use crate::observability::stats::Stats;
 use crate::proto::inference::ModelStatistics;
 use crate::scheduler::batcher::{self, Batcher};
-use crate::scheduler::stats::Stats;
 use crate::scheduler::InstancePool;
 use crate::tensor::Tensor;
 

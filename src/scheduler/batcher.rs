@@ -20,12 +20,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{mpsc, oneshot};
 
 use super::queue::{Priorities, PriorityQueue};
-use super::stats::{Stats, Timing};
 use super::{InstancePool, Reservation};
 use crate::busy_poll;
 use crate::error::{Error, Result};
 use crate::inference::{InferenceRequest, SchedulingWishes};
 use crate::model_config::ModelConfig;
+use crate::observability::stats::{Stats, Timing};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::tensor::{bytes_elements, encode_bytes_elements, DataType, Tensor};
 

@@ -7,7 +7,6 @@
 pub mod batcher;
 mod in_flight;
 pub mod queue;
-pub mod stats;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,9 +17,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::backends::Instance;
 use crate::error::{Error, Result};
 use crate::inference::InferenceRequest;
+use crate::observability::stats::Timing;
 use crate::tensor::Tensor;
 use in_flight::InFlight;
-use stats::Timing;
 
 /// What became of one request in the pool.
 pub struct Execution {

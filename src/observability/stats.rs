@@ -1,14 +1,14 @@
 //! Per-model-version statistics, Triton's statistics extension: how many requests succeeded or failed and
 //! the time they spent queued and computing (input preparation, inference, output handling), per batch
 //! size too. Plain atomics on the request path; a snapshot is the `inference.ModelStatistics` message that
-//! both frontends serve. The same events also feed the Prometheus metrics (`frontends::metrics`).
+//! both frontends serve. The same events also feed the Prometheus metrics (`metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::frontends::metrics::ModelMetrics;
+use super::metrics::ModelMetrics;
 use crate::proto::inference::{InferBatchStatistics, InferStatistics, ModelStatistics, StatisticDuration};
 
 #[derive(Default)]
