@@ -4,10 +4,10 @@
 //! what is loaded, the scheduler moves requests to backend instances, backends execute.
 
 pub mod backends;
-pub mod busy_poll;
 pub mod cli;
 pub mod content_hash;
 pub mod error;
+pub mod executor;
 pub mod frontends;
 pub mod inference;
 pub mod model_config;

@@ -17,12 +17,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    tessera::busy_poll::enable(std::time::Duration::from_micros(options.busy_poll_us));
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .on_thread_park(tessera::busy_poll::before_park)
-        .build();
-    let runtime = match runtime {
+    let runtime = match tessera::executor::runtime(std::time::Duration::from_micros(options.busy_poll_us)) {
         Ok(runtime) => runtime,
         Err(e) => {
             tracing::error!("cannot start the async runtime: {e}");

@@ -15,7 +15,7 @@ use crate::backends::{onnx::OnnxRuntime, python::PythonBuilder, wasm::WasmRuntim
 use crate::cli::{ControlMode, Options};
 use crate::error::Error;
 use crate::error::Result;
-use crate::frontends::connections::ConnectionLimits;
+use crate::executor::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};
 use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::observability::metrics::Metrics;

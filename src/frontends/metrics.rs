@@ -11,7 +11,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
-use super::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits};
 use crate::observability::metrics::Metrics;
 
 pub async fn serve(

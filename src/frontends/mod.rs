@@ -3,8 +3,6 @@
 //! once. They hold no model state of their own. What both protocols report about the server (metadata,
 //! liveness, readiness) is computed in `server::ServerContext` so they cannot disagree.
 
-pub mod connections;
 pub mod grpc;
 pub mod http;
 pub mod metrics;
-mod poll_again;

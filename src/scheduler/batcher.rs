@@ -21,8 +21,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::queue::{Priorities, PriorityQueue};
 use super::{InstancePool, Reservation};
-use crate::busy_poll;
 use crate::error::{Error, Result};
+use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, SchedulingWishes};
 use crate::model_config::ModelConfig;
 use crate::observability::stats::{Stats, Timing};
@@ -279,7 +279,7 @@ impl Loop {
                 break;
             }
             // The batch is due at a timer: a runtime thread spinning then would run it late.
-            let _waiting = busy_poll::Waiting::start();
+            let _waiting = Waiting::start();
             match self.next_event(Some(deadline)).await {
                 Event::Arrived(pending) => self.admit(pending),
                 Event::Timer => {}

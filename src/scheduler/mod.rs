@@ -5,7 +5,6 @@
 //! and the instance goes back to the pool; an instance whose call panicked is retired.
 
 pub mod batcher;
-mod in_flight;
 pub mod queue;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -16,10 +15,10 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::backends::Instance;
 use crate::error::{Error, Result};
+use crate::executor::InFlight;
 use crate::inference::InferenceRequest;
 use crate::observability::stats::Timing;
 use crate::tensor::Tensor;
-use in_flight::InFlight;
 
 /// What became of one request in the pool.
 pub struct Execution {

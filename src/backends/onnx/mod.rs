@@ -20,8 +20,8 @@ use ort::session::Session;
 use tokio::sync::oneshot;
 
 use super::{Backend, Instance, LoadContext};
-use crate::busy_poll;
 use crate::error::{Error, Result};
+use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, Signature};
 use crate::model_config::ModelConfig;
 use crate::proto::inference::model_config::SchedulingChoice;
@@ -321,7 +321,7 @@ struct OnnxInstance {
 impl Instance for OnnxInstance {
     async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
         // The instance thread needs a CPU, and its answer comes without a socket: no runtime thread spins.
-        let _waiting = busy_poll::Waiting::start();
+        let _waiting = Waiting::start();
         let (reply, answer) = oneshot::channel();
         let lost =
             || requests.iter().map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();

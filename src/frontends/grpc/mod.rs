@@ -11,7 +11,6 @@
 
 mod convert;
 mod health;
-mod inline_first;
 mod repository;
 
 use std::sync::Arc;
@@ -21,11 +20,11 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::frontends::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits};
+use crate::executor::InlineFirst;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::*;
 use crate::server::ServerContext;
-use inline_first::InlineFirst;
 
 const MAX_MESSAGE: usize = i32::MAX as usize;
 

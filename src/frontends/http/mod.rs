@@ -23,7 +23,7 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
 use crate::error::Error;
-use crate::frontends::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits};
 use crate::server::ServerContext;
 
 /// Every route of the HTTP frontend.

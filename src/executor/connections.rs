@@ -2,7 +2,7 @@
 //! on a task of its own, until shutdown; then the listening socket is closed at once and every open
 //! connection finishes what it is serving and closes. This is what `axum::serve` and tonic's `Server` do.
 //! It is written out here so that each connection's task can be wrapped in `PollAgain` (see there for
-//! why), so that hyper runs each gRPC call with our executor (`grpc::inline_first`), and so that every
+//! why), so that hyper runs each gRPC call with our executor (`inline_first`), and so that every
 //! port is held to the same `ConnectionLimits`.
 
 use std::fmt::Display;
@@ -17,8 +17,8 @@ use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
+use super::busy_poll;
 use super::poll_again::PollAgain;
-use crate::busy_poll;
 
 /// What every connection, on every port, is held to: a cap on open connections (so that idle or slow
 /// clients cannot use up the process's file descriptors and lock everyone else out), and a time within

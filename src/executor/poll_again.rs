@@ -1,7 +1,7 @@
 //! Polls a connection again, in place, when it wakes itself while being polled.
 //!
 //! Both frontends run request handlers inside the connection's own task (HTTP/1 always; gRPC for as long
-//! as a handler does not wait, see `grpc::inline_first`), so a connection often wakes itself. For example,
+//! as a handler does not wait, see `inline_first`), so a connection often wakes itself. For example,
 //! hyper's HTTP/1 connection hands each request's body to the handler through a channel, and the handler
 //! runs inside the connection's own task: taking the body out of the channel wakes the connection task
 //! while that task is running. Tokio treats a task that wakes itself as one that yields: it goes to the
