@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use clap::builder::BoolishValueParser;
 use clap::{ArgAction, Parser};
 
+pub use crate::repository::ControlMode;
+
 #[derive(Debug, Clone, Parser)]
 #[command(name = "tessera", version, about = "A Triton-compatible inference server with WebAssembly plugins")]
 pub struct Options {
@@ -53,7 +55,7 @@ pub struct Options {
     /// How models are loaded: `none` loads every model at start-up and never changes them, `poll` also
     /// follows changes in the repositories, `explicit` loads only `--load-model` models at start-up and
     /// then what the repository API asks for.
-    #[arg(long, value_enum, default_value_t = ControlMode::None)]
+    #[arg(long, default_value = "none", value_parser = parse_control_mode, value_name = "none|poll|explicit")]
     pub model_control_mode: ControlMode,
 
     /// In explicit mode, a model to load at start-up; repeat the flag for several, or give `*` (alone) for all.
@@ -134,12 +136,13 @@ pub struct Options {
     pub cache_dir: Option<PathBuf>,
 }
 
-/// Triton's model control modes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum ControlMode {
-    None,
-    Poll,
-    Explicit,
+fn parse_control_mode(text: &str) -> Result<ControlMode, String> {
+    match text {
+        "none" => Ok(ControlMode::None),
+        "poll" => Ok(ControlMode::Poll),
+        "explicit" => Ok(ControlMode::Explicit),
+        other => Err(format!("'{other}' is not a model control mode (none, poll or explicit)")),
+    }
 }
 
 fn parse_backend_config(text: &str) -> Result<(String, String, String), String> {

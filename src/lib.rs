@@ -17,6 +17,7 @@ pub mod proto;
 pub mod repository;
 pub mod scheduler;
 pub mod server;
+pub mod service;
 pub mod tensor;
 
 pub use error::{Error, Result};

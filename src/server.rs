@@ -1,9 +1,7 @@
-//! Wiring: start-up (backends, repository, listeners), what the server reports about itself (liveness,
-//! readiness, metadata) for every frontend, and graceful shutdown on SIGINT/SIGTERM. No protocol or backend
-//! logic lives here.
+//! Wiring: start-up (backends, model repository, the service, listeners) and graceful shutdown on
+//! SIGINT/SIGTERM. No protocol, backend or request logic lives here.
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,115 +11,11 @@ use tokio::sync::watch;
 
 use crate::backends::{onnx::OnnxRuntime, python::PythonBuilder, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
-use crate::error::Error;
-use crate::error::Result;
 use crate::executor::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};
-use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::observability::metrics::Metrics;
-use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{Loader, ModelControl, ModelRepository};
-
-/// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 6] = [
-    "binary_tensor_data",
-    "model_configuration",
-    "model_repository",
-    "model_repository(unload_dependents)",
-    "parameters",
-    "statistics",
-];
-
-pub struct ServerContext {
-    pub options: Options,
-    pub repository: Arc<ModelRepository>,
-    pub control: Arc<ModelControl>,
-    shutting_down: AtomicBool,
-}
-
-pub struct ServerMetadata {
-    pub name: &'static str,
-    pub version: &'static str,
-    pub extensions: &'static [&'static str],
-}
-
-pub struct TensorMetadata {
-    pub name: String,
-    pub datatype: &'static str,
-    pub shape: Vec<i64>,
-}
-
-pub struct ModelMetadata {
-    pub name: String,
-    pub versions: Vec<String>,
-    pub platform: String,
-    pub inputs: Vec<TensorMetadata>,
-    pub outputs: Vec<TensorMetadata>,
-}
-
-impl ServerContext {
-    pub fn new(options: Options, repository: Arc<ModelRepository>, control: Arc<ModelControl>) -> Self {
-        ServerContext { options, repository, control, shutting_down: AtomicBool::new(false) }
-    }
-
-    pub fn is_live(&self) -> bool {
-        !self.shutting_down.load(Ordering::Relaxed)
-    }
-
-    /// Ready unless shutting down; with strict readiness, also only when every model loaded.
-    pub fn is_ready(&self) -> bool {
-        self.is_live() && (!self.options.strict_readiness || self.repository.all_ready())
-    }
-
-    pub fn server_metadata(&self) -> ServerMetadata {
-        ServerMetadata { name: "tessera", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
-    }
-
-    pub fn model_metadata(&self, model: &str, version: &str) -> Result<ModelMetadata> {
-        let chosen = self.repository.version(model, version)?;
-        let record = self.repository.record(model)?;
-        let versions = record.ready_versions().map(|m| m.version.to_string()).collect();
-        let signature = &chosen.signature;
-        let describe = |specs: &[crate::inference::signature::TensorSpec]| {
-            specs
-                .iter()
-                .map(|s| TensorMetadata {
-                    name: s.name.clone(),
-                    datatype: s.datatype.kserve_name(),
-                    shape: s.full_shape(signature.max_batch_size),
-                })
-                .collect()
-        };
-        let config = &chosen.config;
-        let platform = if config.platform.is_empty() { config.backend.clone() } else { config.platform.clone() };
-        Ok(ModelMetadata {
-            name: chosen.name.clone(),
-            versions,
-            platform,
-            inputs: describe(&signature.inputs),
-            outputs: describe(&signature.outputs),
-        })
-    }
-
-    /// Statistics of every ready version of every model (empty `model`), of every ready version of one
-    /// model (empty `version`), or of one version.
-    pub fn statistics(&self, model: &str, version: &str) -> Result<ModelStatisticsResponse> {
-        let model_stats = match (model, version) {
-            ("", "") => {
-                self.repository.records().iter().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect()
-            }
-            ("", _) => return Err(Error::invalid("a model version needs a model name")),
-            (model, "") => self.repository.record(model)?.ready_versions().map(|v| v.statistics()).collect(),
-            (model, version) => vec![self.repository.version(model, version)?.statistics()],
-        };
-        Ok(ModelStatisticsResponse { model_stats })
-    }
-
-    pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
-        tracing::debug!(model = %request.model, version = %request.version, id = %request.id, "inference request");
-        self.repository.infer(request).await
-    }
-}
+use crate::service::{HttpLimits, Service};
 
 /// Loads every model, then serves HTTP and gRPC until a shutdown signal.
 pub async fn run(options: Options) -> anyhow::Result<()> {
@@ -166,9 +60,13 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     if options.model_control_mode == ControlMode::Poll {
         tokio::spawn(control.clone().poll_forever(std::time::Duration::from_secs(options.repository_poll_secs)));
     }
-    let context = Arc::new(ServerContext::new(options, repository, control));
-    let options = &context.options;
-    let header_timeout = Duration::from_secs(options.http_header_timeout_secs);
+    let http_limits = HttpLimits {
+        max_input_size: options.http_max_input_size,
+        header_timeout: Duration::from_secs(options.http_header_timeout_secs),
+        body_timeout: Duration::from_secs(options.http_body_timeout_secs),
+    };
+    let service = Arc::new(Service::new(repository.clone(), control, options.strict_readiness, http_limits));
+    let header_timeout = http_limits.header_timeout;
     let limits = ConnectionLimits::for_process(options.max_connections, header_timeout);
     let http_listener = bind(options.http_address, options.http_port, "HTTP").await?;
     let grpc_listener = bind(options.grpc_address, options.grpc_port, "gRPC").await?;
@@ -186,19 +84,19 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     } else {
         None
     };
-    let http = tokio::spawn(http::serve(http_listener, context.clone(), limits.clone(), stopped(stop_rx.clone())));
-    let grpc = tokio::spawn(grpc::serve(grpc_listener, context.clone(), limits, stopped(stop_rx)));
+    let http = tokio::spawn(http::serve(http_listener, service.clone(), limits.clone(), stopped(stop_rx.clone())));
+    let grpc = tokio::spawn(grpc::serve(grpc_listener, service.clone(), limits, stopped(stop_rx)));
     shutdown_signal().await;
-    let exit_timeout = Duration::from_secs(context.options.exit_timeout_secs);
+    let exit_timeout = Duration::from_secs(options.exit_timeout_secs);
     tracing::info!("shutting down: no new connections; finishing in-flight requests for up to {exit_timeout:?}");
-    context.shutting_down.store(true, Ordering::Relaxed);
+    service.begin_shutdown();
     let _ = stop_tx.send(true);
     let drained = async {
         let _ = tokio::join!(http, grpc);
         if let Some(metrics_server) = metrics_server {
             let _ = metrics_server.await;
         }
-        context.repository.shutdown().await;
+        repository.shutdown().await;
     };
     match tokio::time::timeout(exit_timeout, drained).await {
         Ok(()) => tracing::info!("stopped"),

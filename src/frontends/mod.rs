@@ -1,7 +1,7 @@
-//! The wire: HTTP/REST (axum) and gRPC (tonic), both speaking KServe v2 with Triton's extensions. Frontends
-//! only translate: they decode a request once, hand it to the repository's model, and encode the answer
-//! once. They hold no model state of their own. What both protocols report about the server (metadata,
-//! liveness, readiness) is computed in `server::ServerContext` so they cannot disagree.
+//! The wire: HTTP/REST (axum) and gRPC (tonic), both speaking KServe v2 with Triton's extensions, and the
+//! Prometheus endpoint. Frontends only translate: they decode a request once, call the `service::Service`
+//! operation it asks for, and encode the answer once. They hold no model state of their own, and everything
+//! both protocols report is computed by the service, so they cannot disagree.
 
 pub mod grpc;
 pub mod http;

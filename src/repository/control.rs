@@ -19,12 +19,19 @@ use super::loader::Loader;
 use super::overrides::{LoadOverrides, ScratchDir};
 use super::record::{ModelRecord, VersionState, UNLOADED};
 use super::{ModelRepository, ModelVersion};
-use crate::cli::ControlMode;
 use crate::error::{Error, Result};
 use crate::{model_config, model_files};
 
 /// Where a model was found in the repositories, or why it cannot be used (a name in two repositories).
 type Location = std::result::Result<PathBuf, String>;
+
+/// Triton's model control modes (`--model-control-mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlMode {
+    None,
+    Poll,
+    Explicit,
+}
 
 /// One line of the repository index.
 pub struct IndexEntry {

@@ -15,7 +15,7 @@ mod versions;
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-pub use control::{IndexEntry, ModelControl};
+pub use control::{ControlMode, IndexEntry, ModelControl};
 pub use loader::Loader;
 use model::Lease;
 pub use model::ModelVersion;

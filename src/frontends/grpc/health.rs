@@ -8,20 +8,20 @@ use tonic::{Request, Response, Status};
 use crate::proto::health::health_check_response::ServingStatus;
 use crate::proto::health::health_server::{Health, HealthServer};
 use crate::proto::health::{HealthCheckRequest, HealthCheckResponse};
-use crate::server::ServerContext;
+use crate::service::Service;
 
-pub fn server(context: Arc<ServerContext>) -> HealthServer<HealthService> {
-    HealthServer::new(HealthService { context })
+pub fn server(service: Arc<Service>) -> HealthServer<HealthService> {
+    HealthServer::new(HealthService { service })
 }
 
 pub struct HealthService {
-    context: Arc<ServerContext>,
+    service: Arc<Service>,
 }
 
 #[tonic::async_trait]
 impl Health for HealthService {
     async fn check(&self, _: Request<HealthCheckRequest>) -> Result<Response<HealthCheckResponse>, Status> {
-        let status = if self.context.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
+        let status = if self.service.is_ready() { ServingStatus::Serving } else { ServingStatus::NotServing };
         Ok(Response::new(HealthCheckResponse { status: status as i32 }))
     }
 

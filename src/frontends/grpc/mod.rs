@@ -24,7 +24,7 @@ use crate::executor::connections::{self, ConnectionLimits};
 use crate::executor::InlineFirst;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::*;
-use crate::server::ServerContext;
+use crate::service::{Service, TensorMetadata};
 
 const MAX_MESSAGE: usize = i32::MAX as usize;
 
@@ -36,14 +36,14 @@ const KEEP_ALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    context: Arc<ServerContext>,
+    service: Arc<Service>,
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let inference = GrpcInferenceServiceServer::new(Service { context: context.clone() })
+    let inference = GrpcInferenceServiceServer::new(GrpcService { service: service.clone() })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let routes = tonic::service::Routes::new(inference).add_service(health::server(context));
+    let routes = tonic::service::Routes::new(inference).add_service(health::server(service));
     let service = TowerToHyperService::new(routes.prepare());
     let mut builder = http2::Builder::new(InlineFirst);
     builder
@@ -55,8 +55,8 @@ pub async fn serve(
         .await;
 }
 
-struct Service {
-    context: Arc<ServerContext>,
+struct GrpcService {
+    service: Arc<Service>,
 }
 
 type Rpc<T> = Result<Response<T>, Status>;
@@ -66,23 +66,23 @@ fn unimplemented(rpc: &str) -> Status {
 }
 
 #[tonic::async_trait]
-impl GrpcInferenceService for Service {
+impl GrpcInferenceService for GrpcService {
     async fn server_live(&self, _: Request<ServerLiveRequest>) -> Rpc<ServerLiveResponse> {
-        Ok(Response::new(ServerLiveResponse { live: self.context.is_live() }))
+        Ok(Response::new(ServerLiveResponse { live: self.service.is_live() }))
     }
 
     async fn server_ready(&self, _: Request<ServerReadyRequest>) -> Rpc<ServerReadyResponse> {
-        Ok(Response::new(ServerReadyResponse { ready: self.context.is_ready() }))
+        Ok(Response::new(ServerReadyResponse { ready: self.service.is_ready() }))
     }
 
     async fn model_ready(&self, request: Request<ModelReadyRequest>) -> Rpc<ModelReadyResponse> {
         let request = request.into_inner();
-        let ready = self.context.repository.version(&request.name, &request.version).is_ok();
+        let ready = self.service.model_ready(&request.name, &request.version).is_ok();
         Ok(Response::new(ModelReadyResponse { ready }))
     }
 
     async fn server_metadata(&self, _: Request<ServerMetadataRequest>) -> Rpc<ServerMetadataResponse> {
-        let metadata = self.context.server_metadata();
+        let metadata = self.service.server_metadata();
         Ok(Response::new(ServerMetadataResponse {
             name: metadata.name.to_string(),
             version: metadata.version.to_string(),
@@ -92,8 +92,8 @@ impl GrpcInferenceService for Service {
 
     async fn model_metadata(&self, request: Request<ModelMetadataRequest>) -> Rpc<ModelMetadataResponse> {
         let request = request.into_inner();
-        let metadata = self.context.model_metadata(&request.name, &request.version)?;
-        let describe = |tensors: Vec<crate::server::TensorMetadata>| {
+        let metadata = self.service.model_metadata(&request.name, &request.version)?;
+        let describe = |tensors: Vec<TensorMetadata>| {
             tensors
                 .into_iter()
                 .map(|t| model_metadata_response::TensorMetadata {
@@ -114,13 +114,13 @@ impl GrpcInferenceService for Service {
 
     async fn model_config(&self, request: Request<ModelConfigRequest>) -> Rpc<ModelConfigResponse> {
         let request = request.into_inner();
-        let model = self.context.repository.version(&request.name, &request.version)?;
-        Ok(Response::new(ModelConfigResponse { config: Some(model.config.as_ref().clone()) }))
+        let config = self.service.model_config(&request.name, &request.version)?;
+        Ok(Response::new(ModelConfigResponse { config: Some(config.as_ref().clone()) }))
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
         let request = convert::request_from_proto(request.into_inner())?;
-        let response = self.context.infer(request).await?;
+        let response = self.service.infer(request).await?;
         Ok(Response::new(convert::response_to_proto(response)))
     }
 
@@ -133,11 +133,11 @@ impl GrpcInferenceService for Service {
 
     async fn model_statistics(&self, request: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {
         let request = request.into_inner();
-        Ok(Response::new(self.context.statistics(&request.name, &request.version)?))
+        Ok(Response::new(self.service.statistics(&request.name, &request.version)?))
     }
 
     async fn repository_index(&self, request: Request<RepositoryIndexRequest>) -> Rpc<RepositoryIndexResponse> {
-        let entries = self.context.control.index(request.into_inner().ready);
+        let entries = self.service.repository_index(request.into_inner().ready);
         Ok(Response::new(repository::index_response(entries)))
     }
 
@@ -147,7 +147,7 @@ impl GrpcInferenceService for Service {
     ) -> Rpc<RepositoryModelLoadResponse> {
         let request = request.into_inner();
         let overrides = repository::load_overrides(request.parameters)?;
-        self.context.control.load(&request.model_name, overrides).await?;
+        self.service.load_model(&request.model_name, overrides).await?;
         Ok(Response::new(RepositoryModelLoadResponse {}))
     }
 
@@ -157,7 +157,7 @@ impl GrpcInferenceService for Service {
     ) -> Rpc<RepositoryModelUnloadResponse> {
         let request = request.into_inner();
         repository::check_unload(&request.parameters)?;
-        self.context.control.unload(&request.model_name).await?;
+        self.service.unload_model(&request.model_name).await?;
         Ok(Response::new(RepositoryModelUnloadResponse {}))
     }
 

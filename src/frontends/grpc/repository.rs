@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::proto::inference::model_repository_parameter::ParameterChoice;
 use crate::proto::inference::repository_index_response::ModelIndex;
 use crate::proto::inference::{ModelRepositoryParameter, RepositoryIndexResponse};
-use crate::repository::{IndexEntry, LoadOverrides};
+use crate::service::{IndexEntry, LoadOverrides};
 
 pub fn index_response(entries: Vec<IndexEntry>) -> RepositoryIndexResponse {
     let models = entries

@@ -17,22 +17,17 @@ use super::decoded_body;
 use super::json_data::{self, JsonData};
 use crate::error::{Error, Result};
 use crate::inference::{reject_unsupported, InferenceRequest, InferenceResponse, Parameter};
-use crate::server::ServerContext;
+use crate::service::Service;
 use crate::tensor::{element_count, DataType, Tensor};
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
-pub async fn infer(
-    ctx: State<Arc<ServerContext>>,
-    Path(model): Path<String>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
+pub async fn infer(ctx: State<Arc<Service>>, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     handle(ctx, model, String::new(), headers, body).await
 }
 
 pub async fn infer_version(
-    ctx: State<Arc<ServerContext>>,
+    ctx: State<Arc<Service>>,
     Path((model, version)): Path<(String, String)>,
     headers: HeaderMap,
     body: Bytes,
@@ -41,14 +36,14 @@ pub async fn infer_version(
 }
 
 async fn handle(
-    State(ctx): State<Arc<ServerContext>>,
+    State(ctx): State<Arc<Service>>,
     model: String,
     version: String,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
     let result = async {
-        let body = decoded_body(&headers, body, ctx.options.http_max_input_size)?;
+        let body = decoded_body(&headers, body, ctx.http_limits().max_input_size)?;
         let (request, binary_outputs) = decode_request(model, version, &headers, body)?;
         let response = ctx.infer(request).await?;
         encode_response(&response, &binary_outputs)

@@ -24,12 +24,12 @@ use hyper_util::service::TowerToHyperService;
 
 use crate::error::Error;
 use crate::executor::connections::{self, ConnectionLimits};
-use crate::server::ServerContext;
+use crate::service::Service;
 
 /// Every route of the HTTP frontend.
-pub fn router(context: Arc<ServerContext>) -> Router {
-    let max_body = context.options.http_max_input_size;
-    let body_timeout = Duration::from_secs(context.options.http_body_timeout_secs);
+pub fn router(service: Arc<Service>) -> Router {
+    let limits = service.http_limits();
+    let (max_body, body_timeout) = (limits.max_input_size, limits.body_timeout);
     Router::new()
         .route("/v2", get(routes::server_metadata))
         .route("/v2/health/live", get(routes::live))
@@ -51,7 +51,7 @@ pub fn router(context: Arc<ServerContext>) -> Router {
         .fallback(routes::not_found)
         .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time))
         .layer(DefaultBodyLimit::max(max_body))
-        .with_state(context)
+        .with_state(service)
 }
 
 #[derive(Clone, Copy)]
@@ -85,12 +85,12 @@ fn is_too_large(error: &axum::Error) -> bool {
 
 pub async fn serve(
     listener: tokio::net::TcpListener,
-    context: Arc<ServerContext>,
+    service: Arc<Service>,
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
-    let header_timeout = Duration::from_secs(context.options.http_header_timeout_secs);
-    let service = TowerToHyperService::new(router(context));
+    let header_timeout = service.http_limits().header_timeout;
+    let service = TowerToHyperService::new(router(service));
     let mut builder = http1::Builder::new();
     // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
     // keep-alive connection that stays idle for as long.

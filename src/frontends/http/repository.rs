@@ -15,10 +15,10 @@ use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
-use crate::repository::LoadOverrides;
-use crate::server::ServerContext;
+use crate::service::LoadOverrides;
+use crate::service::Service;
 
-type Ctx = State<Arc<ServerContext>>;
+type Ctx = State<Arc<Service>>;
 
 pub async fn index(State(ctx): Ctx, body: Bytes) -> Response {
     let ready_only = match body_object(&body) {
@@ -30,8 +30,7 @@ pub async fn index(State(ctx): Ctx, body: Bytes) -> Response {
         Err(e) => return e.into_response(),
     };
     let entries: Vec<Value> = ctx
-        .control
-        .index(ready_only)
+        .repository_index(ready_only)
         .into_iter()
         .map(|e| {
             let mut entry = Map::new();
@@ -52,7 +51,7 @@ pub async fn load(State(ctx): Ctx, Path(model): Path<String>, body: Bytes) -> Re
         Ok(overrides) => overrides,
         Err(e) => return e.into_response(),
     };
-    match ctx.control.load(&model, overrides).await {
+    match ctx.load_model(&model, overrides).await {
         Ok(()) => StatusCode::OK.into_response(),
         Err(e) => e.into_response(),
     }
@@ -64,7 +63,7 @@ pub async fn unload(State(ctx): Ctx, Path(model): Path<String>, body: Bytes) -> 
         Some(other) => Err(Error::invalid(format!("'unload_dependents' must be a boolean, got {other}"))),
     });
     match checked {
-        Ok(()) => match ctx.control.unload(&model).await {
+        Ok(()) => match ctx.unload_model(&model).await {
             Ok(()) => StatusCode::OK.into_response(),
             Err(e) => e.into_response(),
         },

@@ -10,9 +10,9 @@ use axum::Json;
 
 use super::error_body;
 use crate::error::Error;
-use crate::server::ServerContext;
+use crate::service::Service;
 
-type Ctx = State<Arc<ServerContext>>;
+type Ctx = State<Arc<Service>>;
 
 pub async fn server_metadata(State(ctx): Ctx) -> Response {
     let metadata = ctx.server_metadata();
@@ -72,8 +72,8 @@ pub async fn model_ready_version(ctx: Ctx, Path((model, version)): Path<(String,
 
 /// Triton answers every not-ready case, unknown models included, with 400.
 fn readiness(State(ctx): Ctx, model: &str, version: &str) -> Response {
-    match ctx.repository.version(model, version) {
-        Ok(_) => StatusCode::OK.into_response(),
+    match ctx.model_ready(model, version) {
+        Ok(()) => StatusCode::OK.into_response(),
         Err(e) => error_body(StatusCode::BAD_REQUEST, &e.to_string()),
     }
 }
@@ -87,8 +87,8 @@ pub async fn model_config_version(ctx: Ctx, Path((model, version)): Path<(String
 }
 
 fn config(State(ctx): Ctx, model: &str, version: &str) -> Response {
-    match ctx.repository.version(model, version) {
-        Ok(m) => Json(m.config_json.as_ref().clone()).into_response(),
+    match ctx.model_config_json(model, version) {
+        Ok(config) => Json(config.as_ref().clone()).into_response(),
         Err(e) => e.into_response(),
     }
 }

@@ -1,0 +1,176 @@
+//! The one service both frontends translate to and from (TEI's `Infer` plays this part): what the server
+//! reports about itself and its models, inference, the repository API and the limits the frontends
+//! enforce. Frontends hold an `Arc<Service>` and call its operations; none of them reaches the model table
+//! or model control directly, so HTTP and gRPC cannot disagree about what any request means.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::error::{Error, Result};
+use crate::inference::signature::TensorSpec;
+use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::model_config::ModelConfig;
+use crate::proto::inference::ModelStatisticsResponse;
+use crate::repository::{ModelControl, ModelRepository};
+
+/// What the repository API's operations take and give, named here for the frontends.
+pub use crate::repository::{IndexEntry, LoadOverrides};
+
+/// The protocol extensions this server implements, as listed in server metadata.
+pub const EXTENSIONS: [&str; 6] = [
+    "binary_tensor_data",
+    "model_configuration",
+    "model_repository",
+    "model_repository(unload_dependents)",
+    "parameters",
+    "statistics",
+];
+
+pub struct ServerMetadata {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub extensions: &'static [&'static str],
+}
+
+pub struct TensorMetadata {
+    pub name: String,
+    pub datatype: &'static str,
+    pub shape: Vec<i64>,
+}
+
+pub struct ModelMetadata {
+    pub name: String,
+    pub versions: Vec<String>,
+    pub platform: String,
+    pub inputs: Vec<TensorMetadata>,
+    pub outputs: Vec<TensorMetadata>,
+}
+
+/// What the HTTP frontend holds each request to.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpLimits {
+    /// The largest request body, after decompression (`--http-max-input-size`).
+    pub max_input_size: usize,
+    /// How long a request's head may take (`--http-header-timeout-secs`).
+    pub header_timeout: Duration,
+    /// How long a request's body may take after its head (`--http-body-timeout-secs`).
+    pub body_timeout: Duration,
+}
+
+pub struct Service {
+    repository: Arc<ModelRepository>,
+    control: Arc<ModelControl>,
+    strict_readiness: bool,
+    http_limits: HttpLimits,
+    shutting_down: AtomicBool,
+}
+
+impl Service {
+    /// `strict_readiness`: report the server ready only while every model is (`--strict-readiness`).
+    pub fn new(
+        repository: Arc<ModelRepository>,
+        control: Arc<ModelControl>,
+        strict_readiness: bool,
+        http_limits: HttpLimits,
+    ) -> Self {
+        Service { repository, control, strict_readiness, http_limits, shutting_down: AtomicBool::new(false) }
+    }
+
+    pub fn http_limits(&self) -> HttpLimits {
+        self.http_limits
+    }
+
+    /// From now on the server reports itself neither live nor ready.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Relaxed);
+    }
+
+    pub fn is_live(&self) -> bool {
+        !self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Ready unless shutting down; with strict readiness, also only when every model loaded.
+    pub fn is_ready(&self) -> bool {
+        self.is_live() && (!self.strict_readiness || self.repository.all_ready())
+    }
+
+    pub fn server_metadata(&self) -> ServerMetadata {
+        ServerMetadata { name: "tessera", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+    }
+
+    /// Ok when the version (the newest ready one for an empty `version`) can serve; else why not.
+    pub fn model_ready(&self, model: &str, version: &str) -> Result<()> {
+        self.repository.version(model, version).map(drop)
+    }
+
+    pub fn model_metadata(&self, model: &str, version: &str) -> Result<ModelMetadata> {
+        let chosen = self.repository.version(model, version)?;
+        let record = self.repository.record(model)?;
+        let versions = record.ready_versions().map(|m| m.version.to_string()).collect();
+        let signature = &chosen.signature;
+        let describe = |specs: &[TensorSpec]| {
+            specs
+                .iter()
+                .map(|s| TensorMetadata {
+                    name: s.name.clone(),
+                    datatype: s.datatype.kserve_name(),
+                    shape: s.full_shape(signature.max_batch_size),
+                })
+                .collect()
+        };
+        let config = &chosen.config;
+        let platform = if config.platform.is_empty() { config.backend.clone() } else { config.platform.clone() };
+        Ok(ModelMetadata {
+            name: chosen.name.clone(),
+            versions,
+            platform,
+            inputs: describe(&signature.inputs),
+            outputs: describe(&signature.outputs),
+        })
+    }
+
+    /// The normalised configuration a version serves with.
+    pub fn model_config(&self, model: &str, version: &str) -> Result<Arc<ModelConfig>> {
+        Ok(self.repository.version(model, version)?.config.clone())
+    }
+
+    /// The same, as Triton's JSON (rendered once, at load).
+    pub fn model_config_json(&self, model: &str, version: &str) -> Result<Arc<serde_json::Value>> {
+        Ok(self.repository.version(model, version)?.config_json.clone())
+    }
+
+    /// Statistics of every ready version of every model (empty `model`), of every ready version of one
+    /// model (empty `version`), or of one version.
+    pub fn statistics(&self, model: &str, version: &str) -> Result<ModelStatisticsResponse> {
+        let model_stats = match (model, version) {
+            ("", "") => {
+                self.repository.records().iter().flat_map(|m| m.ready_versions()).map(|v| v.statistics()).collect()
+            }
+            ("", _) => return Err(Error::invalid("a model version needs a model name")),
+            (model, "") => self.repository.record(model)?.ready_versions().map(|v| v.statistics()).collect(),
+            (model, version) => vec![self.repository.version(model, version)?.statistics()],
+        };
+        Ok(ModelStatisticsResponse { model_stats })
+    }
+
+    pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        tracing::debug!(model = %request.model, version = %request.version, id = %request.id, "inference request");
+        self.repository.infer(request).await
+    }
+
+    /// The repository index: every model with its versions' states, or only the ready ones.
+    pub fn repository_index(&self, ready_only: bool) -> Vec<IndexEntry> {
+        self.control.index(ready_only)
+    }
+
+    /// The repository API's load (explicit mode): loads or reloads `model`, with what the request supplied.
+    pub async fn load_model(&self, model: &str, overrides: LoadOverrides) -> Result<()> {
+        self.control.load(model, overrides).await
+    }
+
+    /// The repository API's unload (explicit mode).
+    pub async fn unload_model(&self, model: &str) -> Result<()> {
+        self.control.unload(model).await
+    }
+}
