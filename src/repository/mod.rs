@@ -77,10 +77,11 @@ impl ModelRepository {
         }
     }
 
-    /// Runs one request on the version it names (the newest ready one by default), holding a lease on it.
+    /// Hands one request to the scheduler of the version it names (the newest ready one by default),
+    /// holding a lease on that version until it is answered.
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
         let model = self.lease(&request.model, &request.version)?;
-        model.infer(request).await
+        model.scheduler().infer(request).await
     }
 
     /// Puts `record` in the table; returns the record it replaced.
