@@ -5,6 +5,41 @@ use axum::http::StatusCode;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// Why a model, or one of its versions, did not load: the message that the repository index, the log and a
+/// failed load request show, naming the file (and line) at fault where there is one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct LoadError(String);
+
+pub type LoadResult<T> = std::result::Result<T, LoadError>;
+
+/// The message, to read as text.
+impl std::ops::Deref for LoadError {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl PartialEq<&str> for LoadError {
+    fn eq(&self, other: &&str) -> bool {
+        self.0 == *other
+    }
+}
+
+impl From<String> for LoadError {
+    fn from(message: String) -> Self {
+        LoadError(message)
+    }
+}
+
+impl From<&str> for LoadError {
+    fn from(message: &str) -> Self {
+        LoadError(message.to_string())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Error {
     /// The client sent something malformed or inconsistent with the model (400 / INVALID_ARGUMENT).

@@ -16,15 +16,16 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use async_trait::async_trait;
 
-use crate::error::Result;
+use crate::error::{LoadResult, Result};
 use crate::inference::{InferenceRequest, InferenceResponse};
 use crate::model_config::ModelConfig;
+use crate::model_files;
 use crate::tensor::Tensor;
 
 #[async_trait]
 pub trait Backend: Send + Sync {
     /// Creates and initialises one instance; `instance_name` is e.g. `simple_0_1`. An error fails the load.
-    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String>;
+    async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>>;
 }
 
 #[async_trait]
@@ -69,65 +70,99 @@ pub struct Runtimes {
     pub complete_configs: bool,
 }
 
-impl Runtimes {
-    pub const AVAILABLE: [&'static str; 3] = ["wasm", "python", "onnxruntime"];
+/// The backends this server runs, by the names configs give them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendKind {
+    Wasm,
+    Python,
+    OnnxRuntime,
+}
 
+impl BackendKind {
+    pub const ALL: [BackendKind; 3] = [BackendKind::Wasm, BackendKind::Python, BackendKind::OnnxRuntime];
+
+    /// The name a config gives the backend (`backend: "..."`).
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendKind::Wasm => "wasm",
+            BackendKind::Python => "python",
+            BackendKind::OnnxRuntime => "onnxruntime",
+        }
+    }
+
+    /// The backend a config asks for, by its `backend` or (ONNX) its `platform`; `None` when it names
+    /// one this server does not run, or none.
+    pub fn of(config: &ModelConfig) -> Option<Self> {
+        if config.platform == ONNX_PLATFORM {
+            return Some(BackendKind::OnnxRuntime);
+        }
+        Self::ALL.into_iter().find(|kind| kind.name() == config.backend)
+    }
+
+    /// The backend that the model file in `version_dir` implies, for a config that names none.
+    fn implied_by_files(version_dir: &Path) -> Option<Self> {
+        [("model.onnx", BackendKind::OnnxRuntime), ("model.wasm", BackendKind::Wasm), ("model.py", BackendKind::Python)]
+            .into_iter()
+            .find(|(file, _)| model_files::is_regular_file(&version_dir.join(file)))
+            .map(|(_, kind)| kind)
+    }
+}
+
+/// The platform name Triton gives ONNX Runtime models.
+const ONNX_PLATFORM: &str = "onnxruntime_onnx";
+
+impl Runtimes {
     /// Fills in what a config leaves out from the model itself, as Triton's backends do: the platform
     /// from the model file when the config names none, then (ONNX) inputs, outputs and batching from the
     /// graph of the `newest` version directory, or (Wasm, Python) whatever the plugin's
     /// `auto-complete-config` answers, as Triton's python backend asks every model. An ONNX config that
     /// names everything is left alone.
-    pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> std::result::Result<(), String> {
+    pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> LoadResult<()> {
         if config.platform.is_empty() && config.backend.is_empty() {
-            if let Some(dir) = newest {
-                if dir.join("model.onnx").is_file() {
-                    config.platform = "onnxruntime_onnx".into();
-                } else if dir.join("model.wasm").is_file() {
-                    config.backend = "wasm".into();
-                } else if dir.join("model.py").is_file() {
-                    config.backend = "python".into();
-                }
+            match newest.and_then(BackendKind::implied_by_files) {
+                Some(BackendKind::OnnxRuntime) => config.platform = ONNX_PLATFORM.into(),
+                Some(kind) => config.backend = kind.name().into(),
+                None => {}
             }
         }
-        let is_onnx = config.platform == "onnxruntime_onnx" || config.backend == "onnxruntime";
-        match (config.backend.as_str(), newest) {
-            (_, Some(dir)) if is_onnx => self.onnx.auto_complete(config, dir),
-            ("wasm", Some(dir)) => match wasm::plugin_path(config, dir) {
+        let Some(dir) = newest else { return Ok(()) };
+        match BackendKind::of(config) {
+            Some(BackendKind::OnnxRuntime) => self.onnx.auto_complete(config, dir),
+            Some(BackendKind::Wasm) => match wasm::plugin_path(config, dir) {
                 Some(plugin) => self.wasm.auto_complete(config, dir, &plugin),
                 // Without a plugin file there is nothing to ask; the load then fails saying it is missing.
                 None => Ok(()),
             },
-            ("python", Some(dir)) => {
+            Some(BackendKind::Python) => {
                 let component = self.python.component(dir, config)?;
                 self.wasm.auto_complete(config, dir, &component)
             }
-            _ => Ok(()),
+            None => Ok(()),
         }
     }
 
     /// Loads a model version with the backend its (normalised) config names. Compiles: call it from a
     /// blocking thread.
-    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<Arc<dyn Backend>, String> {
-        match ctx.config.backend.as_str() {
-            "wasm" => {
+    pub fn load(&self, ctx: &LoadContext<'_>) -> LoadResult<Arc<dyn Backend>> {
+        match BackendKind::of(ctx.config) {
+            Some(BackendKind::Wasm) => {
                 let plugin = ctx.version_dir.join(wasm::plugin_file(ctx.config));
                 Ok(Arc::new(self.wasm.load(ctx, &plugin)?))
             }
-            "python" => {
+            Some(BackendKind::Python) => {
                 let component = self.python.component(ctx.version_dir, ctx.config)?;
                 Ok(Arc::new(self.wasm.load(ctx, &component)?))
             }
-            "onnxruntime" => Ok(Arc::new(self.onnx.load(ctx)?)),
-            other => {
+            Some(BackendKind::OnnxRuntime) => Ok(Arc::new(self.onnx.load(ctx)?)),
+            None => {
                 let what = if ctx.config.platform.is_empty() {
-                    format!("backend '{other}'")
+                    format!("backend '{}'", ctx.config.backend)
                 } else {
                     format!("platform '{}'", ctx.config.platform)
                 };
-                Err(format!(
-                    "{what} is not available in this server (available backends: {})",
-                    Self::AVAILABLE.join(", ")
-                ))
+                let available: Vec<_> = BackendKind::ALL.iter().map(|kind| kind.name()).collect();
+                Err(format!("{what} is not available in this server (available backends: {})", available.join(", "))
+                    .into())
             }
         }
     }

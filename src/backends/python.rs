@@ -16,7 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::leftovers;
 use crate::content_hash;
-use crate::model_config::ModelConfig;
+use crate::error::LoadResult;
+use crate::model_config::{self, ModelConfig};
 use crate::model_files;
 
 const WIT: &str = include_str!("../../wit/backend.wit");
@@ -52,14 +53,14 @@ impl PythonBuilder {
 
     /// The component of the Python model in `version_dir`, built unless a component of the same sources is
     /// cached. Blocks for the build: call it from a blocking thread.
-    pub fn component(&self, version_dir: &Path, config: &ModelConfig) -> Result<PathBuf, String> {
+    pub fn component(&self, version_dir: &Path, config: &ModelConfig) -> LoadResult<PathBuf> {
         let file = model_file(config);
         let module =
             file.strip_suffix(".py").filter(|m| !m.is_empty() && !m.contains(['/', '.'])).ok_or_else(|| {
                 format!("default_model_filename '{file}' must name a Python file (module.py) for backend 'python'")
             })?;
         if !version_dir.join(file).is_file() {
-            return Err(format!("{} is missing", version_dir.join(file).display()));
+            return Err(format!("{} is missing", version_dir.join(file).display()).into());
         }
         let scratch = self.dir.join(leftovers::name(BUILD, &BUILDS.fetch_add(1, Ordering::Relaxed).to_string()));
         let built = self.prepare(&scratch, version_dir, module).and_then(|sources| self.build(&scratch, &sources));
@@ -69,7 +70,7 @@ impl PythonBuilder {
 
     /// Writes the sources of the component into `scratch`: the WIT, the two modules and a copy of the
     /// model's Python files. Returns the sources directory.
-    fn prepare(&self, scratch: &Path, version_dir: &Path, module: &str) -> Result<PathBuf, String> {
+    fn prepare(&self, scratch: &Path, version_dir: &Path, module: &str) -> LoadResult<PathBuf> {
         let sources = scratch.join("src");
         let io = |e: std::io::Error| format!("cannot prepare the Python build in {}: {e}", scratch.display());
         std::fs::create_dir_all(sources.join("wit")).map_err(io)?;
@@ -82,7 +83,7 @@ impl PythonBuilder {
     }
 
     /// The cached component for `sources`, or a new one built with componentize-py.
-    fn build(&self, scratch: &Path, sources: &Path) -> Result<PathBuf, String> {
+    fn build(&self, scratch: &Path, sources: &Path) -> LoadResult<PathBuf> {
         let key = hex::encode(&content_hash::tree(sources)[..16]);
         let component = self.dir.join(format!("{key}.wasm"));
         if component.is_file() {
@@ -113,7 +114,7 @@ impl PythonBuilder {
             .output()
             .map_err(|e| format!("cannot run {}: {e}", tool.display()))?;
         if !run.status.success() {
-            return Err(format!("{TOOL} could not build the model: {}", build_error(&run.stderr, &run.stdout)));
+            return Err(format!("{TOOL} could not build the model: {}", build_error(&run.stderr, &run.stdout)).into());
         }
         std::fs::rename(&output, &component)
             .map_err(|e| format!("cannot keep the built component in {}: {e}", self.dir.display()))?;
@@ -150,10 +151,7 @@ impl DieWithParent for Command {
 
 /// The model's file in a version directory: `default_model_filename`, else `model.py`.
 pub fn model_file(config: &ModelConfig) -> &str {
-    match config.default_model_filename.as_str() {
-        "" => "model.py",
-        name => name,
-    }
+    model_config::model_file_name(config, "model.py")
 }
 
 /// Copies every `.py` file below `from` (packages included) to the same place below `to`.

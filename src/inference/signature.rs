@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 
 use super::InferenceRequest;
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadResult, Result};
 use crate::model_config::ModelConfig;
 use crate::tensor::{DataType, Tensor};
 
@@ -36,7 +36,7 @@ pub struct Signature {
 
 impl Signature {
     /// Derives the signature of a validated config; a reshape's shape is what requests carry.
-    pub fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
+    pub fn from_config(config: &ModelConfig) -> LoadResult<Self> {
         let spec = |name: &str, data_type: i32, dims: &[i64], optional: bool| {
             let datatype =
                 DataType::from_config(data_type).ok_or_else(|| format!("'{name}' has an invalid data type"))?;

@@ -6,6 +6,7 @@ use prost::Message;
 use prost_reflect::DynamicMessage;
 
 use super::ModelConfig;
+use crate::error::LoadResult;
 use crate::proto::{model_config_descriptor, to_triton_json};
 
 pub fn to_json(config: &ModelConfig) -> serde_json::Value {
@@ -14,13 +15,13 @@ pub fn to_json(config: &ModelConfig) -> serde_json::Value {
 
 /// Parses a JSON `ModelConfig` (protobuf's JSON mapping, original or camelCase names, as Triton accepts in a
 /// load request); `origin` prefixes every error.
-pub fn parse_json(text: &str, origin: &str) -> Result<ModelConfig, String> {
+pub fn parse_json(text: &str, origin: &str) -> LoadResult<ModelConfig> {
     let mut deserializer = serde_json::Deserializer::from_str(text);
     let dynamic = DynamicMessage::deserialize(model_config_descriptor(), &mut deserializer)
         .and_then(|message| deserializer.end().map(|_| message))
         .map_err(|e| format!("{origin}: not a valid JSON model configuration: {e}"))?;
-    ModelConfig::decode(dynamic.encode_to_vec().as_slice())
-        .map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))
+    Ok(ModelConfig::decode(dynamic.encode_to_vec().as_slice())
+        .map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))?)
 }
 
 #[cfg(test)]

@@ -9,6 +9,7 @@ mod validate;
 
 use std::path::Path;
 
+use crate::error::LoadResult;
 use crate::model_files;
 
 pub use crate::proto::inference::ModelConfig;
@@ -17,7 +18,7 @@ pub use text::parse_text;
 pub use validate::{normalise, validate};
 
 /// What fills in the parts of a config that it leaves out, from the model itself (its backend's answer).
-pub type Completer<'a> = &'a dyn Fn(&mut ModelConfig) -> Result<(), String>;
+pub type Completer<'a> = &'a dyn Fn(&mut ModelConfig) -> LoadResult<()>;
 
 /// Where a model's configuration comes from.
 pub enum ConfigSource<'a> {
@@ -34,7 +35,7 @@ pub fn load(
     model_name: &str,
     source: &ConfigSource<'_>,
     complete: Option<Completer<'_>>,
-) -> Result<ModelConfig, String> {
+) -> LoadResult<ModelConfig> {
     let (mut config, text, origin) = match source {
         ConfigSource::File { config_name } => {
             let path = config_path(model_dir, *config_name);
@@ -45,7 +46,7 @@ pub fn load(
                     (parse_text(&text, &origin)?, text, origin)
                 }
                 Err(e) if e.is_not_found() && complete.is_some() => (ModelConfig::default(), String::new(), origin),
-                Err(e) => return Err(e.to_string()),
+                Err(e) => return Err(e.to_string().into()),
             }
         }
         ConfigSource::Json(text) => {
@@ -63,6 +64,29 @@ pub fn load(
     validate(&config, model_name, &text, &origin)?;
     normalise(&mut config, model_name);
     Ok(config)
+}
+
+/// Config parameter `key` (`parameters { key: "k" value { string_value: "v" } }`) read as a `T`: `None` when
+/// absent, an error naming the key and the value when the value does not read as `kind` (e.g. "a whole
+/// number").
+pub fn parameter<T: std::str::FromStr>(config: &ModelConfig, key: &str, kind: &str) -> LoadResult<Option<T>> {
+    match config.parameters.get(key) {
+        None => Ok(None),
+        Some(p) => p
+            .string_value
+            .trim()
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("parameter '{key}' must be {kind}, got '{}'", p.string_value).into()),
+    }
+}
+
+/// The name of a version's model file: `default_model_filename`, else the backend's `default`.
+pub fn model_file_name<'c>(config: &'c ModelConfig, default: &'c str) -> &'c str {
+    match config.default_model_filename.as_str() {
+        "" => default,
+        name => name,
+    }
 }
 
 /// The config file of the model in `model_dir`: `configs/<config_name>.pbtxt` if named and present (as

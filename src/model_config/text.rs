@@ -10,15 +10,16 @@ use prost::Message;
 use prost_reflect::DynamicMessage;
 
 use super::ModelConfig;
+use crate::error::LoadResult;
 use crate::proto::model_config_descriptor;
 
 /// Parses config text; `origin` (usually the file path) prefixes every error, with the line and column.
-pub fn parse_text(text: &str, origin: &str) -> Result<ModelConfig, String> {
+pub fn parse_text(text: &str, origin: &str) -> LoadResult<ModelConfig> {
     let (normalised, inserted) = insert_list_colons(text);
     let dynamic = DynamicMessage::parse_text_format(model_config_descriptor(), &normalised)
         .map_err(|e| format!("{origin}:{}: {e}", error_position(&e, text, &inserted)))?;
-    ModelConfig::decode(dynamic.encode_to_vec().as_slice())
-        .map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))
+    Ok(ModelConfig::decode(dynamic.encode_to_vec().as_slice())
+        .map_err(|e| format!("{origin}: cannot convert parsed config: {e}"))?)
 }
 
 /// "line:column" in the user's text of a parse error, whose offset is in the normalised text: every colon

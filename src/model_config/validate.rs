@@ -5,6 +5,7 @@
 use std::collections::HashSet;
 
 use super::{line_of, ModelConfig};
+use crate::error::LoadResult;
 use crate::model_files;
 use crate::proto::inference::{
     model_config::SchedulingChoice, model_instance_group::Kind, model_version_policy, DataType as ConfigDataType,
@@ -39,7 +40,7 @@ const KNOWN_BACKENDS: [&str; 12] = [
 ];
 
 /// Returns the first problem found, as "file:line: message" (or "file: message" when no line applies).
-pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str) -> Result<(), String> {
+pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str) -> LoadResult<()> {
     let at = |needle: &str, skip: usize| match line_of(text, needle, skip) {
         Some(line) => format!("{origin}:{line}"),
         None => origin.to_string(),
@@ -49,19 +50,21 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
             "{}: model name '{}' does not match its directory '{model_name}'",
             at("name", 0),
             config.name
-        ));
+        )
+        .into());
     }
     if config.max_batch_size < 0 {
         return Err(format!(
             "{}: max_batch_size must be 0 or more, got {}",
             at("max_batch_size", 0),
             config.max_batch_size
-        ));
+        )
+        .into());
     }
     implied_backend(config)
         .map_err(|e| format!("{}: {e}", at(if config.platform.is_empty() { "backend" } else { "platform" }, 0)))?;
     if config.output.is_empty() {
-        return Err(format!("{origin}: the model must declare at least one output"));
+        return Err(format!("{origin}: the model must declare at least one output").into());
     }
     let inputs = config.input.iter().map(TensorDecl::from);
     let outputs = config.output.iter().map(TensorDecl::from);
@@ -75,14 +78,14 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
 
 /// `default_model_filename` must be a file name, so that the model file stays inside its version directory.
 /// Checked before a config is completed too, because completing it reads the model file.
-pub fn check_model_file_name(config: &ModelConfig, text: &str, origin: &str) -> Result<(), String> {
+pub fn check_model_file_name(config: &ModelConfig, text: &str, origin: &str) -> LoadResult<()> {
     if config.default_model_filename.is_empty() {
         return Ok(());
     }
     model_files::check_file_name(&config.default_model_filename, "default_model_filename").map_err(|e| {
         let at =
             line_of(text, "default_model_filename", 0).map_or(origin.to_string(), |line| format!("{origin}:{line}"));
-        format!("{at}: {e}")
+        format!("{at}: {e}").into()
     })
 }
 
@@ -90,19 +93,20 @@ pub fn check_model_file_name(config: &ModelConfig, text: &str, origin: &str) -> 
 /// store or a session, and an ONNX instance a thread, so a config must not be able to ask for thousands.
 pub const MAX_INSTANCES: i64 = 128;
 
-fn check_instance_count(config: &ModelConfig) -> Result<(), String> {
+fn check_instance_count(config: &ModelConfig) -> LoadResult<()> {
     let total: i64 = config.instance_group.iter().map(|g| i64::from(g.count.max(1))).sum();
     if total > MAX_INSTANCES {
         return Err(format!(
             "instance_group asks for {total} instances; a model version may have at most {MAX_INSTANCES}"
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
 /// With `priority_levels` set, the default level and every level given a queue policy must exist (Triton
 /// refuses such a config too).
-fn check_priority_levels(config: &ModelConfig) -> Result<(), String> {
+fn check_priority_levels(config: &ModelConfig) -> LoadResult<()> {
     let Some(SchedulingChoice::DynamicBatching(batching)) = &config.scheduling_choice else {
         return Ok(());
     };
@@ -114,36 +118,38 @@ fn check_priority_levels(config: &ModelConfig) -> Result<(), String> {
         return Err(format!(
             "default_priority_level must be in range [1, {levels}] (priority_levels), got {}",
             batching.default_priority_level
-        ));
+        )
+        .into());
     }
     match batching.priority_queue_policy.keys().find(|level| !(1..=levels).contains(*level)) {
         Some(level) => {
-            Err(format!("priority_queue_policy names level {level}, outside [1, {levels}] (priority_levels)"))
+            Err(format!("priority_queue_policy names level {level}, outside [1, {levels}] (priority_levels)").into())
         }
         None => Ok(()),
     }
 }
 
 /// The backend that will run the model: `backend` if set, else the one its `platform` implies.
-pub fn implied_backend(config: &ModelConfig) -> Result<String, String> {
+pub fn implied_backend(config: &ModelConfig) -> LoadResult<String> {
     let from_platform = match config.platform.as_str() {
         "" => None,
         platform => match PLATFORMS.iter().find(|(p, _)| *p == platform) {
             Some((_, backend)) => Some(*backend),
             None => {
                 let known: Vec<_> = PLATFORMS.iter().map(|(p, _)| *p).collect();
-                return Err(format!("unknown platform '{platform}' (known: {})", known.join(", ")));
+                return Err(format!("unknown platform '{platform}' (known: {})", known.join(", ")).into());
             }
         },
     };
     match (config.backend.as_str(), from_platform) {
-        ("", None) => Err("the config names neither a platform nor a backend".to_string()),
+        ("", None) => Err("the config names neither a platform nor a backend".into()),
         ("", Some(backend)) => Ok(backend.to_string()),
         (backend, Some(implied)) if backend != implied => {
-            Err(format!("platform '{}' implies backend '{implied}' but backend '{backend}' is given", config.platform))
+            Err(format!("platform '{}' implies backend '{implied}' but backend '{backend}' is given", config.platform)
+                .into())
         }
         (backend, _) if !KNOWN_BACKENDS.contains(&backend) => {
-            Err(format!("unknown backend '{backend}' (known: {})", KNOWN_BACKENDS.join(", ")))
+            Err(format!("unknown backend '{backend}' (known: {})", KNOWN_BACKENDS.join(", ")).into())
         }
         (backend, _) => Ok(backend.to_string()),
     }
@@ -183,29 +189,30 @@ fn check_tensors<'a>(
     kind: &str,
     tensors: impl Iterator<Item = TensorDecl<'a>>,
     at: &dyn Fn(&str, usize) -> String,
-) -> Result<(), String> {
+) -> LoadResult<()> {
     let mut seen = HashSet::new();
     for (index, tensor) in tensors.enumerate() {
         if tensor.name.is_empty() {
-            return Err(format!("{}: {kind} {index} has no name", at(kind, index)));
+            return Err(format!("{}: {kind} {index} has no name", at(kind, index)).into());
         }
         let quoted = format!("\"{}\"", tensor.name);
         if !seen.insert(tensor.name) {
-            return Err(format!("{}: {kind} '{}' is declared more than once", at(&quoted, 1), tensor.name));
+            return Err(format!("{}: {kind} '{}' is declared more than once", at(&quoted, 1), tensor.name).into());
         }
         let type_name = ConfigDataType::try_from(tensor.data_type).map(|t| t.as_str_name());
         if matches!(type_name, Err(_) | Ok("TYPE_INVALID")) {
-            return Err(format!("{}: {kind} '{}' has no valid data_type", at(&quoted, 0), tensor.name));
+            return Err(format!("{}: {kind} '{}' has no valid data_type", at(&quoted, 0), tensor.name).into());
         }
         if tensor.dims.is_empty() && tensor.reshape.is_none() {
-            return Err(format!("{}: {kind} '{}' has no dims", at(&quoted, 0), tensor.name));
+            return Err(format!("{}: {kind} '{}' has no dims", at(&quoted, 0), tensor.name).into());
         }
         if let Some(bad) = tensor.dims.iter().find(|&&d| d < -1 || d == 0) {
             return Err(format!(
                 "{}: {kind} '{}' has dimension {bad}; dims must be positive, or -1 for a variable size",
                 at(&quoted, 0),
                 tensor.name
-            ));
+            )
+            .into());
         }
     }
     Ok(())
@@ -247,7 +254,7 @@ mod tests {
     use super::super::parse_text;
     use super::*;
 
-    fn check(text: &str) -> Result<(), String> {
+    fn check(text: &str) -> LoadResult<()> {
         let config = parse_text(text, "m/config.pbtxt")?;
         validate(&config, "m", text, "m/config.pbtxt")
     }

@@ -19,7 +19,7 @@ use super::loader::Loader;
 use super::overrides::{LoadOverrides, ScratchDir};
 use super::record::{ModelRecord, VersionState, UNLOADED};
 use super::{ModelRepository, ModelVersion};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadResult, Result};
 use crate::{model_config, model_files};
 
 /// Where a model was found in the repositories, or why it cannot be used (a name in two repositories).
@@ -195,12 +195,7 @@ impl ModelControl {
 
     /// Loads `name` from `location` (or from the supplied files) and swaps it in. The error is the reason
     /// it failed; when it failed on a reload, the versions that were serving still are.
-    async fn load_model(
-        &self,
-        name: &str,
-        overrides: LoadOverrides,
-        location: Option<Location>,
-    ) -> std::result::Result<(), String> {
+    async fn load_model(&self, name: &str, overrides: LoadOverrides, location: Option<Location>) -> LoadResult<()> {
         let lock = self.lock_for(name);
         let _held = lock.lock().await;
         let previous = self.table.record(name).ok();
@@ -214,7 +209,7 @@ impl ModelControl {
                 let failed = ModelRecord::failed(name, Path::new(""), reason);
                 return self.swap_in(previous, failed);
             }
-            (None, true) => return Err(no_directory(name)),
+            (None, true) => return Err(no_directory(name).into()),
         };
         if previous.is_none() {
             self.table.put(ModelRecord::loading(name, &dir));
@@ -244,7 +239,7 @@ impl ModelControl {
     /// Puts a freshly loaded record in the table, unless it failed where `previous` has versions serving:
     /// those then keep serving, with the failure as the model's reason. Versions no longer used are retired
     /// in the background.
-    fn swap_in(&self, previous: Option<Arc<ModelRecord>>, loaded: ModelRecord) -> std::result::Result<(), String> {
+    fn swap_in(&self, previous: Option<Arc<ModelRecord>>, loaded: ModelRecord) -> LoadResult<()> {
         let failures = loaded.failures();
         let serving = previous.filter(|p| p.ready_versions().next().is_some());
         if let (false, Some(serving)) = (failures.is_empty(), &serving) {
@@ -256,7 +251,7 @@ impl ModelControl {
                 fingerprint: loaded.fingerprint,
                 ..(**serving).clone()
             });
-            return Err(reason);
+            return Err(reason.into());
         }
         if let Some(replaced) = self.table.put(loaded) {
             let current = self.table.record(&replaced.name).expect("just put");
@@ -265,7 +260,7 @@ impl ModelControl {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(failures.join("; "))
+            Err(failures.join("; ").into())
         }
     }
 

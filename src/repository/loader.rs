@@ -59,7 +59,7 @@ impl Loader {
         };
         let config = match model_config::load(model_dir, name, &source, complete) {
             Ok(config) => Arc::new(config),
-            Err(reason) => return ModelRecord::failed(name, model_dir, reason),
+            Err(reason) => return ModelRecord::failed(name, model_dir, reason.to_string()),
         };
         let selected = match versions::select(model_dir, config.version_policy.as_ref()) {
             Ok(selected) => selected,
@@ -108,7 +108,7 @@ impl Loader {
                     ms = started.elapsed().as_millis() as u64,
                     "failed to load: {reason}"
                 );
-                VersionState::Unavailable(reason)
+                VersionState::Unavailable(reason.to_string())
             }
         }
     }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use tokio::sync::Notify;
 
 use crate::backends::{LoadContext, Runtimes};
+use crate::error::LoadResult;
 use crate::inference::Signature;
 use crate::model_config::{self, ModelConfig};
 use crate::observability::metrics::Metrics;
@@ -42,7 +43,7 @@ impl ModelVersion {
         model_dir: &std::path::Path,
         config: Arc<ModelConfig>,
         version: i64,
-    ) -> std::result::Result<Self, String> {
+    ) -> LoadResult<Self> {
         let name = config.name.clone();
         let version_dir = model_dir.join(version.to_string());
         let signature = Signature::from_config(&config)?;

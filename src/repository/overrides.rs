@@ -31,7 +31,8 @@ impl LoadOverrides {
             relative_path(path)?;
         }
         if let Some(config) = &self.config {
-            crate::model_config::parse_json(config, "the 'config' parameter").map_err(Error::InvalidArgument)?;
+            crate::model_config::parse_json(config, "the 'config' parameter")
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
         }
         Ok(())
     }

@@ -20,10 +20,10 @@ use ort::session::Session;
 use tokio::sync::oneshot;
 
 use super::{Backend, Instance, LoadContext};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadError, LoadResult, Result};
 use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, Signature};
-use crate::model_config::ModelConfig;
+use crate::model_config::{self, ModelConfig};
 use crate::proto::inference::model_config::SchedulingChoice;
 use crate::proto::inference::{ModelInput, ModelOutput};
 use crate::tensor::Tensor;
@@ -31,7 +31,7 @@ use crate::tensor::Tensor;
 /// The process-wide ONNX Runtime: where its library is and, once loaded, its environment.
 pub struct OnnxRuntime {
     library: Option<PathBuf>,
-    environment: OnceLock<std::result::Result<Environment, String>>,
+    environment: OnceLock<LoadResult<Environment>>,
 }
 
 impl OnnxRuntime {
@@ -43,33 +43,29 @@ impl OnnxRuntime {
     }
 
     /// Loads the library on first use; the outcome (or its error) is kept for every later model.
-    fn environment(&self) -> std::result::Result<&Environment, String> {
+    fn environment(&self) -> LoadResult<&Environment> {
         self.environment
             .get_or_init(|| {
                 let Some(path) = &self.library else {
-                    return Err(
+                    return Err(LoadError::from(
                         "the ONNX Runtime library was not found: run `scripts/dev setup`, set ORT_DYLIB_PATH, \
-                                or pass --backend-config=onnxruntime,library=PATH"
-                            .to_string(),
-                    );
+                                or pass --backend-config=onnxruntime,library=PATH",
+                    ));
                 };
                 let builder = ort::init_from(path)
                     .map_err(|e| format!("cannot load the ONNX Runtime library {}: {e}", path.display()))?;
-                builder.with_name("tessera").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))
+                Ok(builder.with_name("tessera").build().map_err(|e| format!("cannot start ONNX Runtime: {e}"))?)
             })
             .as_ref()
             .map_err(Clone::clone)
     }
 
-    pub fn load(&self, ctx: &LoadContext<'_>) -> std::result::Result<OnnxModel, String> {
+    pub fn load(&self, ctx: &LoadContext<'_>) -> LoadResult<OnnxModel> {
         let environment = self.environment()?.clone();
-        let file = match ctx.config.default_model_filename.as_str() {
-            "" => "model.onnx",
-            name => name,
-        };
+        let file = model_config::model_file_name(ctx.config, MODEL_FILE);
         let path = ctx.version_dir.join(file);
         if !path.is_file() {
-            return Err(format!("model file {} not found", path.display()));
+            return Err(format!("model file {} not found", path.display()).into());
         }
         let options = SessionOptions::from_config(ctx.config)?;
         let session = options.open(&environment, &path)?;
@@ -103,14 +99,11 @@ impl OnnxRuntime {
     /// outputs the config leaves out are taken from the graph; a config that names neither and a graph
     /// whose every tensor has a variable first dimension batch, with `max_batch_size`
     /// `DEFAULT_MAX_BATCH_SIZE` and dynamic batching on.
-    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path) -> std::result::Result<(), String> {
+    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path) -> LoadResult<()> {
         if !config.input.is_empty() && !config.output.is_empty() {
             return Ok(());
         }
-        let file = match config.default_model_filename.as_str() {
-            "" => "model.onnx",
-            name => name,
-        };
+        let file = model_config::model_file_name(config, MODEL_FILE);
         let session = SessionOptions::from_config(config)?.open(self.environment()?, &version_dir.join(file))?;
         let graph = |outlets: &[ort::value::Outlet]| -> std::result::Result<Vec<(String, i32, Vec<i64>)>, String> {
             outlets
@@ -159,6 +152,9 @@ impl OnnxRuntime {
     }
 }
 
+/// The model file's name unless the config names another.
+const MODEL_FILE: &str = "model.onnx";
+
 /// The `max_batch_size` auto-completion gives a model that can batch (Triton's default too).
 const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
 
@@ -181,16 +177,8 @@ struct SessionOptions {
 }
 
 impl SessionOptions {
-    fn from_config(config: &ModelConfig) -> std::result::Result<Self, String> {
-        let count =
-            |key: &str| -> std::result::Result<Option<usize>, String> {
-                match config.parameters.get(key) {
-                    None => Ok(None),
-                    Some(p) => p.string_value.trim().parse().map(Some).map_err(|_| {
-                        format!("parameter {key} must be a non-negative integer, got '{}'", p.string_value)
-                    }),
-                }
-            };
+    fn from_config(config: &ModelConfig) -> LoadResult<Self> {
+        let count = |key: &str| model_config::parameter::<usize>(config, key, "a whole number");
         let instances: usize = config.instance_group.iter().map(|g| g.count.max(1) as usize).sum::<usize>().max(1);
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         let level = match config.optimization.as_ref().and_then(|o| o.graph.as_ref()).map(|g| g.level) {
@@ -206,7 +194,7 @@ impl SessionOptions {
         })
     }
 
-    fn open(&self, environment: &Environment, path: &Path) -> std::result::Result<Session, String> {
+    fn open(&self, environment: &Environment, path: &Path) -> LoadResult<Session> {
         // The builder's errors carry the builder back (ort::Error<SessionBuilder>); only the message matters here.
         fn fail<E: std::fmt::Display>(path: &Path) -> impl Fn(E) -> String + '_ {
             move |e| format!("cannot load {}: {e}", path.display())
@@ -220,13 +208,13 @@ impl SessionOptions {
             .with_optimization_level(self.level)
             .map_err(fail(path))?
             .commit_from_file(path)
-            .map_err(fail(path))
+            .map_err(|e| fail(path)(e).into())
     }
 }
 
 /// Refuses a config that contradicts the graph: every configured input and output must exist in the graph
 /// with the same element type and compatible dimensions (the batch dimension prepended when batching).
-fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::Result<(), String> {
+fn check_against_graph(config: &ModelConfig, session: &Session) -> LoadResult<()> {
     let batching = config.max_batch_size > 0;
     let declared = config
         .input
@@ -242,10 +230,12 @@ fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::
         let outlets = if role == "input" { session.inputs() } else { session.outputs() };
         let Some(outlet) = outlets.iter().find(|o| o.name() == name.as_str()) else {
             let names: Vec<_> = outlets.iter().map(|o| o.name()).collect();
-            return Err(format!("config {role} '{name}' is not an {role} of the model (the graph has {names:?})"));
+            return Err(
+                format!("config {role} '{name}' is not an {role} of the model (the graph has {names:?})").into()
+            );
         };
         let Some((element, graph_dims)) = convert::tensor_signature(outlet.dtype()) else {
-            return Err(format!("{role} '{name}' is not a tensor in the graph"));
+            return Err(format!("{role} '{name}' is not a tensor in the graph").into());
         };
         let graph_type = convert::datatype_of(element);
         let config_type = crate::tensor::DataType::from_config(data_type);
@@ -253,7 +243,8 @@ fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::
             return Err(format!(
                 "{role} '{name}' is {} in the config but {element:?} in the graph",
                 config_type.map_or("invalid".to_string(), |t| t.to_string())
-            ));
+            )
+            .into());
         }
         let mut expected: Vec<i64> = reshape.unwrap_or(dims).clone();
         if batching {
@@ -264,7 +255,7 @@ fn check_against_graph(config: &ModelConfig, session: &Session) -> std::result::
         if !compatible {
             return Err(format!(
                 "{role} '{name}' has dims {expected:?} in the config (batch dimension included) but {graph_dims:?} in the graph"
-            ));
+            ).into());
         }
     }
     Ok(())
@@ -296,7 +287,7 @@ impl Shared {
 
 #[async_trait]
 impl Backend for OnnxModel {
-    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+    async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
         let session = self.0.options.open(&self.0.environment, &self.0.path)?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let shared = self.0.clone();

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use wasmtime::ResourceLimiter;
 
-use crate::model_config::ModelConfig;
+use crate::error::LoadResult;
+use crate::model_config::{self, ModelConfig};
 
 const MEMORY_KEY: &str = "wasm_memory_limit_mb";
 const TIMEOUT_KEY: &str = "wasm_execute_timeout_ms";
@@ -35,16 +36,9 @@ pub struct Limits {
 
 impl Limits {
     /// The limits a config asks for; a value that is not a whole number is a load error naming the key.
-    pub fn from_config(config: &ModelConfig) -> Result<Self, String> {
-        let number = |key: &str, default: u64| -> Result<u64, String> {
-            match config.parameters.get(key) {
-                None => Ok(default),
-                Some(p) => p
-                    .string_value
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("parameter '{key}' must be a whole number, got '{}'", p.string_value)),
-            }
+    pub fn from_config(config: &ModelConfig) -> LoadResult<Self> {
+        let number = |key: &str, default: u64| -> LoadResult<u64> {
+            Ok(model_config::parameter(config, key, "a whole number")?.unwrap_or(default))
         };
         let memory_mb = number(MEMORY_KEY, DEFAULT_MEMORY_MB)?;
         let timeout_ms = number(TIMEOUT_KEY, DEFAULT_TIMEOUT_MS)?;

@@ -33,7 +33,7 @@ use self::epoch::EpochTicker;
 use self::host::{GuestOutput, StoreState};
 use self::limits::{Limits, MemoryCap};
 use super::{Backend, Instance, LoadContext, Peers};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadResult, Result};
 use crate::inference::InferenceRequest;
 use crate::model_config::{self, ModelConfig};
 use crate::model_files;
@@ -77,7 +77,7 @@ impl WasmRuntime {
 
     /// Compiles (or loads from cache) and links the component at `component` (the version's plugin, or a
     /// Python model's build), then checks it exports the world.
-    pub fn load(&self, ctx: &LoadContext<'_>, component: &Path) -> std::result::Result<WasmModel, String> {
+    pub fn load(&self, ctx: &LoadContext<'_>, component: &Path) -> LoadResult<WasmModel> {
         let label = format!("{}:{}", ctx.model, ctx.version);
         let mut plugin = self.link(&label, component, ctx.version_dir, ctx.config)?;
         plugin.base_args = vec![
@@ -95,12 +95,7 @@ impl WasmRuntime {
     /// Triton's python backend calls `TritonPythonModel.auto_complete_config`: `auto-complete-config` runs
     /// on a fresh instance that is never initialised, with the config as Triton-style JSON, and its answer
     /// replaces the config. Blocks: call it from a blocking thread of the runtime.
-    pub fn auto_complete(
-        &self,
-        config: &mut ModelConfig,
-        version_dir: &Path,
-        component: &Path,
-    ) -> std::result::Result<(), String> {
+    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path, component: &Path) -> LoadResult<()> {
         let label = format!("{}:auto-complete", config.name);
         let plugin = self.link(&label, component, version_dir, config)?;
         let json = model_config::to_json(config).to_string();
@@ -110,13 +105,7 @@ impl WasmRuntime {
     }
 
     /// The linked component at `path`, sandboxed in `version_dir`, with the limits its config sets.
-    fn link(
-        &self,
-        label: &str,
-        path: &Path,
-        version_dir: &Path,
-        config: &ModelConfig,
-    ) -> std::result::Result<Plugin, String> {
+    fn link(&self, label: &str, path: &Path, version_dir: &Path, config: &ModelConfig) -> LoadResult<Plugin> {
         let wasm = model_files::read_regular(path, model_files::PLUGIN_LIMIT)
             .map_err(|e| format!("cannot load plugin {e}"))?;
         let label: Arc<str> = label.into();
@@ -174,10 +163,7 @@ pub fn plugin_path(config: &ModelConfig, version_dir: &Path) -> Option<PathBuf> 
 
 /// The plugin's file name in a version directory: `default_model_filename`, else `model.wasm`.
 pub fn plugin_file(config: &ModelConfig) -> &str {
-    match config.default_model_filename.as_str() {
-        "" => "model.wasm",
-        name => name,
-    }
+    model_config::model_file_name(config, "model.wasm")
 }
 
 /// A loaded model version; instances share its `Plugin`.
@@ -198,7 +184,7 @@ struct Plugin {
 
 impl Plugin {
     /// A new store with the plugin's sandbox and limits, and an instance in it, not yet initialised.
-    async fn fresh_instance(&self) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+    async fn fresh_instance(&self) -> LoadResult<(Store<StoreState>, Bindings)> {
         let mut store = self.new_store()?;
         let _running = self.ticker.running();
         let bindings =
@@ -207,10 +193,7 @@ impl Plugin {
     }
 
     /// A fresh store and instance, initialised: used at load and after every trap.
-    async fn instantiate(
-        &self,
-        args: &[(String, String)],
-    ) -> std::result::Result<(Store<StoreState>, Bindings), String> {
+    async fn instantiate(&self, args: &[(String, String)]) -> LoadResult<(Store<StoreState>, Bindings)> {
         let (mut store, bindings) = self.fresh_instance().await?;
         refuel(&mut store, &self.limits);
         let _running = self.ticker.running();
@@ -223,20 +206,20 @@ impl Plugin {
     }
 
     /// Runs `auto-complete-config` on a fresh, uninitialised instance, within the execute timeout.
-    async fn auto_complete(&self, config_json: &str) -> std::result::Result<String, String> {
+    async fn auto_complete(&self, config_json: &str) -> LoadResult<String> {
         let (mut store, bindings) = self.fresh_instance().await?;
         store.data_mut().deadline = limits::deadline(&self.limits);
         refuel(&mut store, &self.limits);
         let _running = self.ticker.running();
-        bindings
+        let answer = bindings
             .call_auto_complete_config(&mut store, config_json)
             .await
-            .map_err(|e| format!("auto-complete-config trapped: {}", trap_summary(&e, &self.limits)))?
-            .map_err(|e| format!("auto-complete-config failed: {e}"))
+            .map_err(|e| format!("auto-complete-config trapped: {}", trap_summary(&e, &self.limits)))?;
+        Ok(answer.map_err(|e| format!("auto-complete-config failed: {e}"))?)
     }
 
     /// A store with the plugin's sandbox and limits.
-    fn new_store(&self) -> std::result::Result<Store<StoreState>, String> {
+    fn new_store(&self) -> LoadResult<Store<StoreState>> {
         let mut store = Store::new(self.pre.engine(), self.new_state()?);
         store.limiter(|state| &mut state.memory);
         refuel(&mut store, &self.limits); // instantiating runs plugin code too
@@ -251,7 +234,7 @@ impl Plugin {
         Ok(store)
     }
 
-    fn new_state(&self) -> std::result::Result<StoreState, String> {
+    fn new_state(&self) -> LoadResult<StoreState> {
         let mut wasi = WasiCtxBuilder::new();
         wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
             .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
@@ -275,7 +258,7 @@ impl Plugin {
 
 #[async_trait]
 impl Backend for WasmModel {
-    async fn create_instance(&self, instance_name: &str) -> std::result::Result<Box<dyn Instance>, String> {
+    async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
         let plugin = &self.0;
         let mut args = plugin.base_args.clone();
         args.push(("model_instance_name".into(), instance_name.to_string()));
