@@ -9,7 +9,8 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::{onnx::OnnxRuntime, python::PythonBuilder, wasm::WasmRuntime, ModelCaller, Peers, Runtimes};
+use crate::backends::wasm::{python::PythonBuilder, WasmRuntime};
+use crate::backends::{onnx::OnnxRuntime, ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::executor::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};

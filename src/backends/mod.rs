@@ -8,7 +8,7 @@
 
 mod leftovers;
 pub mod onnx;
-pub mod python;
+
 pub mod wasm;
 
 use std::path::Path;
@@ -65,7 +65,7 @@ pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
     /// Builds Python models into Wasm components.
-    pub python: python::PythonBuilder,
+    pub python: wasm::python::PythonBuilder,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
     pub complete_configs: bool,
 }

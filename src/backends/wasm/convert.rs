@@ -6,7 +6,7 @@ use bytes::Bytes;
 use wasmtime::component::Resource;
 
 use super::bindings::tessera::backend::types as wit;
-use super::host::StoreState;
+use super::state::StoreState;
 use super::tensor_data::HeldData;
 use crate::inference::{InferenceRequest, Parameter};
 use crate::tensor::{DataType, Tensor};

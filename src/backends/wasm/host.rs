@@ -1,39 +1,9 @@
-//! What a plugin instance's store holds and what the host gives it: the WASI context (sandbox), the
-//! `tessera:backend/host` imports (log, and BLS calls to other models; tensor handles are in `tensor_data`), and stdout/stderr streams that turn guest output into server log lines
-//! tagged with the model, so a plugin's `println!` lands where operators look.
-
-use std::sync::{Arc, Weak};
-use std::time::Instant;
-
-use bytes::Bytes;
-use wasmtime::component::ResourceTable;
-use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
-use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
-use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+//! `tessera:backend/host`, the imports every plugin gets: `log` into the server log, and BLS (`infer`,
+//! `model-ready`) to call the server's other models through their schedulers, as clients do.
 
 use super::bindings::tessera::backend::{host, types};
 use super::convert;
-use super::limits::MemoryCap;
-use crate::backends::{ModelCaller, Peers};
-
-pub struct StoreState {
-    pub wasi: WasiCtx,
-    pub table: ResourceTable,
-    /// "model:version", for log lines.
-    pub label: Arc<str>,
-    /// The instance's memory limit.
-    pub memory: MemoryCap,
-    /// When the `execute` call under way must stop (see `limits`); `None` outside calls.
-    pub deadline: Option<Instant>,
-    /// The server's other models, for BLS calls.
-    pub peers: Peers,
-}
-
-impl WasiView for StoreState {
-    fn ctx(&mut self) -> WasiCtxView<'_> {
-        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
-    }
-}
+use super::state::StoreState;
 
 impl types::Host for StoreState {}
 
@@ -87,88 +57,4 @@ impl host::Host for StoreState {
     async fn model_ready(&mut self, model: String, version: String) -> wasmtime::Result<bool> {
         Ok(self.caller().is_some_and(|caller| caller.is_ready(&model, &version)))
     }
-}
-
-impl StoreState {
-    fn caller(&self) -> Option<Arc<dyn ModelCaller>> {
-        self.peers.get().and_then(Weak::upgrade)
-    }
-}
-
-/// A guest's stdout or stderr: each complete line becomes one log event.
-#[derive(Clone)]
-pub struct GuestOutput {
-    pub label: Arc<str>,
-    pub stream: &'static str,
-}
-
-impl IsTerminal for GuestOutput {
-    fn is_terminal(&self) -> bool {
-        false
-    }
-}
-
-impl StdoutStream for GuestOutput {
-    fn p2_stream(&self) -> Box<dyn OutputStream> {
-        Box::new(LineLogger { output: self.clone(), pending: Vec::new() })
-    }
-
-    fn async_stream(&self) -> Box<dyn tokio::io::AsyncWrite + Send + Sync> {
-        // Only WASIp3 guests ask for this; plugins target WASIp2. Their output is discarded rather than lost
-        // silently into a file.
-        Box::new(tokio::io::sink())
-    }
-}
-
-/// Buffers a partial line until its newline arrives (or the stream is dropped), so that output written in
-/// pieces still reads as whole lines in the log.
-struct LineLogger {
-    output: GuestOutput,
-    pending: Vec<u8>,
-}
-
-/// A guest cannot grow the host's memory without bound by never writing a newline.
-const MAX_LINE: usize = 16 * 1024;
-
-impl LineLogger {
-    fn emit(&self, line: &[u8]) {
-        let text = String::from_utf8_lossy(line);
-        tracing::info!(target: "plugin", model = &*self.output.label, stream = self.output.stream, "{}", text.trim_end_matches('\r'));
-    }
-}
-
-impl OutputStream for LineLogger {
-    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
-        self.pending.extend_from_slice(&bytes);
-        while let Some(newline) = self.pending.iter().position(|&b| b == b'\n') {
-            let line: Vec<u8> = self.pending.drain(..=newline).collect();
-            self.emit(&line[..line.len() - 1]);
-        }
-        if self.pending.len() > MAX_LINE {
-            let line = std::mem::take(&mut self.pending);
-            self.emit(&line);
-        }
-        Ok(())
-    }
-
-    fn flush(&mut self) -> StreamResult<()> {
-        Ok(())
-    }
-
-    fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(64 * 1024)
-    }
-}
-
-impl Drop for LineLogger {
-    fn drop(&mut self) {
-        if !self.pending.is_empty() {
-            self.emit(&self.pending);
-        }
-    }
-}
-
-#[wasmtime_wasi::async_trait]
-impl Pollable for LineLogger {
-    async fn ready(&mut self) {}
 }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use wasmtime::component::Resource;
 
 use super::bindings::tessera::backend::types;
-use super::host::StoreState;
+use super::state::StoreState;
 
 /// What a `tensor-data` handle stands for: the bytes, and what they count against the memory cap.
 pub struct HeldData {

@@ -14,15 +14,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::leftovers;
+use crate::backends::leftovers;
 use crate::content_hash;
 use crate::error::LoadResult;
 use crate::model_config::{self, ModelConfig};
 use crate::model_files;
 
-const WIT: &str = include_str!("../../wit/backend.wit");
-const TESSERA_MODULE: &str = include_str!("../../plugins/python/tessera.py");
-const ENTRY_MODULE: &str = include_str!("../../plugins/python/tessera_app.py");
+const WIT: &str = include_str!("../../../wit/backend.wit");
+const TESSERA_MODULE: &str = include_str!("../../../plugins/python/tessera.py");
+const ENTRY_MODULE: &str = include_str!("../../../plugins/python/tessera_app.py");
 const TOOL: &str = "componentize-py";
 
 pub struct PythonBuilder {

@@ -1,0 +1,128 @@
+//! A loaded Wasm model version (`WasmModel`) and its instances. Each instance owns a store and an
+//! initialised instance of the plugin in it; `execute` hands a batch of requests across the boundary in one
+//! call and takes the answers back. A trap fails only the requests of that call: the store is thrown away,
+//! and the next call re-creates and initialises a fresh instance.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use wasmtime::Store;
+
+use super::bindings::{self, Backend as Bindings};
+use super::sandbox::{refuel, trap_summary, Plugin};
+use super::state::StoreState;
+use super::{convert, limits};
+use crate::backends::{Backend, Instance};
+use crate::error::{Error, LoadResult, Result};
+use crate::inference::InferenceRequest;
+use crate::tensor::Tensor;
+
+/// A loaded model version; instances share its `Plugin`.
+pub struct WasmModel(pub(super) Arc<Plugin>);
+
+#[async_trait]
+impl Backend for WasmModel {
+    async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
+        let plugin = &self.0;
+        let mut args = plugin.base_args.clone();
+        args.push(("model_instance_name".into(), instance_name.to_string()));
+        let live = plugin.instantiate(&args).await?;
+        Ok(Box::new(WasmInstance { model: plugin.clone(), args, live: Some(live) }))
+    }
+}
+
+struct WasmInstance {
+    model: Arc<Plugin>,
+    args: Vec<(String, String)>,
+    /// `None` after a trap whose re-instantiation failed; the next call tries again.
+    live: Option<(Store<StoreState>, Bindings)>,
+}
+
+impl WasmInstance {
+    async fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
+        if self.live.is_none() {
+            let fresh = self.model.instantiate(&self.args).await.map_err(|e| {
+                Error::internal(format!("model '{}': cannot re-create the plugin instance: {e}", self.model.label))
+            })?;
+            self.live = Some(fresh);
+        }
+        Ok(self.live.as_mut().expect("set above"))
+    }
+}
+
+#[async_trait]
+impl Instance for WasmInstance {
+    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        let _running = self.model.ticker.running();
+        let label = self.model.label.clone();
+        let limits = self.model.limits;
+        let (store, bindings) = match self.live().await {
+            Ok(live) => live,
+            Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
+        };
+        let wit_requests = match requests
+            .iter()
+            .map(|r| convert::request_to_wit(store.data_mut(), r))
+            .collect::<wasmtime::Result<Vec<_>>>()
+        {
+            Ok(wit_requests) => wit_requests,
+            Err(e) => {
+                let e = Error::internal(format!("model '{label}': cannot hand the request to the plugin: {e:#}"));
+                return requests.iter().map(|_| Err(e.clone())).collect();
+            }
+        };
+        store.data_mut().deadline = limits::deadline(&limits);
+        refuel(store, &limits);
+        // The store's epoch deadline is the tick after the last one it saw, usually long past by the next
+        // call; left so, each call that follows a tick would yield at its first instruction, a trip
+        // through the scheduler for nothing (≈ one call in fifteen at concurrency 1). From now, a call
+        // yields only when a tick falls inside it.
+        store.set_epoch_deadline(1);
+        let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
+        store.data_mut().deadline = None;
+        match outcome {
+            Ok(results) if results.len() == requests.len() => {
+                results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect()
+            }
+            Ok(results) => {
+                let e = Error::internal(format!(
+                    "model '{label}': plugin answered {} requests with {} responses",
+                    requests.len(),
+                    results.len()
+                ));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+            Err(trap) => {
+                tracing::warn!(model = &*label, "plugin trapped, re-creating the instance: {trap:#}");
+                self.live = None;
+                let e = Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap, &limits)));
+                requests.iter().map(|_| Err(e.clone())).collect()
+            }
+        }
+    }
+
+    async fn finalize(&mut self) {
+        if let Some((store, bindings)) = self.live.as_mut() {
+            refuel(store, &self.model.limits);
+            let _running = self.model.ticker.running();
+            if let Err(e) = bindings.call_finalize(&mut *store).await {
+                tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
+            }
+        }
+    }
+}
+
+/// One request's answer from the plugin: its outputs taken back from their handles, or its error.
+fn response_from_wit(
+    state: &mut StoreState,
+    label: &str,
+    result: std::result::Result<bindings::tessera::backend::types::Response, String>,
+) -> Result<Vec<Tensor>> {
+    let response = result.map_err(|message| Error::internal(format!("model '{label}': {message}")))?;
+    response
+        .outputs
+        .into_iter()
+        .map(|t| convert::tensor_from_wit(state, t))
+        .collect::<wasmtime::Result<_>>()
+        .map_err(|e| Error::internal(format!("model '{label}': the plugin returned a tensor it does not own: {e:#}")))
+}

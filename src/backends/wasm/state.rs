@@ -1,0 +1,37 @@
+//! What each plugin instance's store holds: its WASI context (the sandbox), its resource table (tensor
+//! handles, WASI streams), its memory cap and execute deadline, and the way to the server's other models.
+
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+use wasmtime::component::ResourceTable;
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
+
+use super::limits::MemoryCap;
+use crate::backends::{ModelCaller, Peers};
+
+pub struct StoreState {
+    pub wasi: WasiCtx,
+    pub table: ResourceTable,
+    /// "model:version", for log lines.
+    pub label: Arc<str>,
+    /// The instance's memory limit.
+    pub memory: MemoryCap,
+    /// When the `execute` call under way must stop (see `limits`); `None` outside calls.
+    pub deadline: Option<Instant>,
+    /// The server's other models, for BLS calls.
+    pub peers: Peers,
+}
+
+impl WasiView for StoreState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView { ctx: &mut self.wasi, table: &mut self.table }
+    }
+}
+
+impl StoreState {
+    /// The server's other models, once the server has them.
+    pub fn caller(&self) -> Option<Arc<dyn ModelCaller>> {
+        self.peers.get().and_then(Weak::upgrade)
+    }
+}
