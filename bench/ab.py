@@ -1,16 +1,19 @@
 """Two Tessera builds side by side on one repository: perf_analyzer against each in turn (A B, B A, …), so a
 change is measured as a ratio in one run on the same machine. Prints, per model and concurrency, the median
-throughput, p50 and p99 of each build and the median of the paired ratios (B/A).
+throughput, p50 and p99 of each build, the server's own CPU time per request (from /proc, against the
+model's success count), and the median of the paired ratios (B/A).
 
   .venv/bin/python bench/ab.py --a /tmp/tessera-before --b target/release/tessera \\
       --repository .cache/bench/repos/batching --point simple_onnx:http:1 --point heavy:grpc:16
 """
 
 import argparse
+import json
 import os
 import statistics
 import sys
 import pathlib
+import urllib.request
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from run import ROOT, Server, free_port, perf_analyzer  # noqa: E402
@@ -27,6 +30,27 @@ def server(name, binary, repository):
     return Server(name, command, {**os.environ, "TESSERA_LOG": "warn"}, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
+def cpu_seconds(server):
+    """CPU time (user + system) the server process has used so far."""
+    fields = pathlib.Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def successes(server, model):
+    """How many requests `model` has answered successfully (the statistics extension)."""
+    with urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/stats", timeout=10) as r:
+        stats = json.load(r)["model_stats"]
+    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
+
+
+def measure(server, model, protocol, concurrency, args):
+    """One perf_analyzer run: (throughput, p50, p99) and the server's CPU µs per request during it."""
+    cpu, count = cpu_seconds(server), successes(server, model)
+    result = perf_analyzer(server, protocol, concurrency, args.measurement_ms, model=model, stability=100, shape=args.shape)
+    requests = max(successes(server, model) - count, 1)
+    return (*result, (cpu_seconds(server) - cpu) * 1e6 / requests)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", required=True, help="the baseline binary")
@@ -36,6 +60,7 @@ def main():
     parser.add_argument("--point", action="append", required=True, help="model:protocol:concurrency")
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--measurement-ms", type=int, default=2000)
+    parser.add_argument("--shape", help="perf_analyzer's --shape NAME:dims, for inputs of variable size")
     args = parser.parse_args()
     servers = {"A": server("ab-a", args.a, args.repository), "B": server("ab-b", args.b, args.b_repository or args.repository)}
     for s in servers.values():
@@ -43,19 +68,20 @@ def main():
     try:
         print(f"{os.cpu_count()} cores; {args.trials} paired trials of {args.measurement_ms} ms; A = {args.a}, B = {args.b}")
         print("| model | protocol | concurrency | A infer/s | B infer/s | B/A throughput | A p50 µs | B p50 µs | B/A p50 "
-              "| A p99 µs | B p99 µs | B/A p99 |")
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| A p99 µs | B p99 µs | B/A p99 | A server CPU µs/req | B server CPU µs/req | B/A CPU |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for point in args.point:
             model, protocol, concurrency = point.split(":")
             runs = {"A": [], "B": []}
             for trial in range(args.trials):
                 for name in ("A", "B") if trial % 2 == 0 else ("B", "A"):
-                    runs[name].append(perf_analyzer(servers[name], protocol, int(concurrency), args.measurement_ms, model=model, stability=100))
-            med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(3)] for n in runs}
-            ratio = [statistics.median(b[i] / a[i] for a, b in zip(runs["A"], runs["B"])) for i in range(3)]
+                    runs[name].append(measure(servers[name], model, protocol, int(concurrency), args))
+            med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(4)] for n in runs}
+            ratio = [statistics.median(b[i] / a[i] for a, b in zip(runs["A"], runs["B"])) for i in range(4)]
             print(f"| {model} | {protocol} | {concurrency} | {med['A'][0]:.0f} | {med['B'][0]:.0f} | {ratio[0]:.2f}× "
                   f"| {med['A'][1]:.0f} | {med['B'][1]:.0f} | {ratio[1]:.2f} "
-                  f"| {med['A'][2]:.0f} | {med['B'][2]:.0f} | {ratio[2]:.2f} |")
+                  f"| {med['A'][2]:.0f} | {med['B'][2]:.0f} | {ratio[2]:.2f} "
+                  f"| {med['A'][3]:.0f} | {med['B'][3]:.0f} | {ratio[3]:.2f} |")
     finally:
         for s in servers.values():
             s.stop()

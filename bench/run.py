@@ -184,10 +184,10 @@ ATTEMPT_TIMEOUT_S = 90
 WINDOW_REQUESTS = 20000
 
 
-def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None):
+def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
-    (random by default)."""
+    (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
@@ -195,6 +195,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
                    "--percentile", "99", "-f", out.name]
         if input_data:
             command += ["--input-data", input_data]
+        if shape:
+            command += ["--shape", shape]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
         windows = ["--measurement-interval", str(measurement_ms)]
         # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is

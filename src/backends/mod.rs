@@ -32,7 +32,7 @@ pub trait Backend: Send + Sync {
 pub trait Instance: Send {
     /// Executes the requests and returns one result per request, in order: the outputs it produced, or why
     /// that request failed.
-    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>>;
+    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>>;
 
     /// Called once before the instance is dropped.
     async fn finalize(&mut self) {}

@@ -84,7 +84,7 @@ impl InstancePool {
         let mut lease = Lease::take(self.shared.clone(), reservation.0);
         let run = InFlight::new(async move {
             let started = Instant::now();
-            let mut results = lease.instance().execute(std::slice::from_ref(&request)).await;
+            let mut results = lease.instance().execute(vec![request]).await;
             let result = results.pop().unwrap_or_else(|| Err(Error::internal("the backend returned no result")));
             (result, started, started.elapsed())
         });
@@ -182,7 +182,7 @@ mod tests {
 
     #[async_trait]
     impl Instance for Panicking {
-        async fn execute(&mut self, _: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        async fn execute(&mut self, _: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
             panic!("boom")
         }
     }
@@ -192,7 +192,7 @@ mod tests {
 
     #[async_trait]
     impl Instance for Slow {
-        async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+        async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
             tokio::time::sleep(Duration::from_millis(50)).await;
             self.0.fetch_add(1, Ordering::SeqCst);
             requests.iter().map(|_| Ok(Vec::new())).collect()

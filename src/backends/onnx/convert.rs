@@ -1,5 +1,5 @@
 //! Tensors in and out of ONNX Runtime. Fixed-size types are copied as raw little-endian bytes into a tensor
-//! ORT allocates (one copy each way, whatever the type, FP16 and BF16 included); BYTES tensors become ONNX
+//! ORT allocates and out of the one it answers with (FP16 and BF16 included); BYTES tensors become ONNX
 //! string tensors and back.
 
 use bytes::Bytes;
@@ -69,7 +69,9 @@ pub fn to_ort(tensor: &Tensor) -> Result<DynValue, String> {
     Ok(value.into_dyn())
 }
 
-/// Converts an ORT output into a tensor named `name`.
+/// Converts an ORT output into a tensor named `name`. A fixed-size output is copied out of ONNX Runtime's
+/// memory: keeping that memory as the response's bytes instead was measured slower (see
+/// docs/performance.md), since the next run then cannot reuse it and pays for fresh pages.
 pub fn from_ort(name: &str, value: DynValue) -> Result<Tensor, String> {
     let Some((element, shape)) = tensor_signature(value.dtype()) else {
         return Err(format!("output '{name}' is not a tensor ({})", value.dtype()));

@@ -310,13 +310,13 @@ struct OnnxInstance {
 
 #[async_trait]
 impl Instance for OnnxInstance {
-    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
         // The instance thread needs a CPU, and its answer comes without a socket: no runtime thread spins.
         let _waiting = Waiting::start();
         let (reply, answer) = oneshot::channel();
-        let lost =
-            || requests.iter().map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
-        if self.jobs.send(Job { requests: requests.to_vec(), reply }).is_err() {
+        let count = requests.len();
+        let lost = || (0..count).map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
+        if self.jobs.send(Job { requests, reply }).is_err() {
             return lost();
         }
         answer.await.unwrap_or_else(|_| lost())

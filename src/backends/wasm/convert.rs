@@ -15,17 +15,18 @@ use crate::tensor::{DataType, Tensor};
 /// to read it and one to drop it, a few thousand instructions, which buys a memcpy of several KiB.
 pub const INLINE_MAX: usize = 16 * 1024;
 
-/// A client's request, handed to the plugin.
-pub fn request_to_wit(state: &mut StoreState, request: &InferenceRequest) -> wasmtime::Result<wit::Request> {
+/// A client's request, handed to the plugin: its strings and lists move into the WIT value as they are, so
+/// the only copy is the one lowering makes into the plugin's memory.
+pub fn request_to_wit(state: &mut StoreState, request: InferenceRequest) -> wasmtime::Result<wit::Request> {
     Ok(wit::Request {
-        id: request.id.clone(),
+        id: request.id,
         inputs: request
             .inputs
-            .iter()
+            .into_iter()
             .map(|t| tensor_to_wit(t, |data| state.hand_over(data)))
             .collect::<wasmtime::Result<_>>()?,
-        requested_outputs: request.requested_outputs.clone(),
-        parameters: request.parameters.iter().map(|(k, v)| (k.clone(), parameter_to_wit(v))).collect(),
+        requested_outputs: request.requested_outputs,
+        parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_to_wit(v))).collect(),
     })
 }
 
@@ -55,31 +56,26 @@ pub fn request_from_wit(
     })
 }
 
-/// A host tensor as the plugin sees it: its bytes inline when small, else through `handle`, which turns
-/// them into a `tensor-data` handle.
+/// A host tensor as the plugin sees it: its bytes inline when small (a buffer no one else holds is reused,
+/// not copied), else through `handle`, which turns them into a `tensor-data` handle.
 pub fn tensor_to_wit(
-    tensor: &Tensor,
+    tensor: Tensor,
     mut handle: impl FnMut(Bytes) -> wasmtime::Result<Resource<HeldData>>,
 ) -> wasmtime::Result<wit::Tensor> {
     let data = if tensor.data.len() <= INLINE_MAX {
-        wit::TensorBytes::Inline(tensor.data.to_vec())
+        wit::TensorBytes::Inline(Vec::from(tensor.data))
     } else {
-        wit::TensorBytes::Held(handle(tensor.data.clone())?)
+        wit::TensorBytes::Held(handle(tensor.data)?)
     };
-    Ok(wit::Tensor {
-        name: tensor.name.clone(),
-        datatype: datatype_to_wit(tensor.datatype),
-        shape: tensor.shape.clone(),
-        data,
-    })
+    Ok(wit::Tensor { name: tensor.name, datatype: datatype_to_wit(tensor.datatype), shape: tensor.shape, data })
 }
 
-fn parameter_to_wit(value: &Parameter) -> wit::ParameterValue {
+fn parameter_to_wit(value: Parameter) -> wit::ParameterValue {
     match value {
-        Parameter::Bool(b) => wit::ParameterValue::Boolean(*b),
-        Parameter::Int(i) => wit::ParameterValue::Int(*i),
-        Parameter::Double(d) => wit::ParameterValue::Double(*d),
-        Parameter::String(s) => wit::ParameterValue::String(s.clone()),
+        Parameter::Bool(b) => wit::ParameterValue::Boolean(b),
+        Parameter::Int(i) => wit::ParameterValue::Int(i),
+        Parameter::Double(d) => wit::ParameterValue::Double(d),
+        Parameter::String(s) => wit::ParameterValue::String(s),
     }
 }
 

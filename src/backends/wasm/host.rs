@@ -45,7 +45,7 @@ impl host::Host for StoreState {
             Ok(response) => {
                 let outputs = response
                     .outputs
-                    .iter()
+                    .into_iter()
                     .map(|t| convert::tensor_to_wit(t, |data| self.hold(data)))
                     .collect::<wasmtime::Result<_>>()?;
                 Ok(Ok(types::Response { outputs }))

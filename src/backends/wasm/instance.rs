@@ -52,23 +52,26 @@ impl WasmInstance {
 
 #[async_trait]
 impl Instance for WasmInstance {
-    async fn execute(&mut self, requests: &[InferenceRequest]) -> Vec<Result<Vec<Tensor>>> {
+    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
         let _running = self.model.ticker.running();
         let label = self.model.label.clone();
         let limits = self.model.limits;
+        let count = requests.len();
+        let fail_all = |e: Error| (0..count).map(|_| Err(e.clone())).collect();
         let (store, bindings) = match self.live().await {
             Ok(live) => live,
-            Err(e) => return requests.iter().map(|_| Err(e.clone())).collect(),
+            Err(e) => return fail_all(e),
         };
         let wit_requests = match requests
-            .iter()
+            .into_iter()
             .map(|r| convert::request_to_wit(store.data_mut(), r))
             .collect::<wasmtime::Result<Vec<_>>>()
         {
             Ok(wit_requests) => wit_requests,
             Err(e) => {
-                let e = Error::internal(format!("model '{label}': cannot hand the request to the plugin: {e:#}"));
-                return requests.iter().map(|_| Err(e.clone())).collect();
+                return fail_all(Error::internal(format!(
+                    "model '{label}': cannot hand the request to the plugin: {e:#}"
+                )))
             }
         };
         store.data_mut().deadline = limits::deadline(&limits);
@@ -81,22 +84,17 @@ impl Instance for WasmInstance {
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
         match outcome {
-            Ok(results) if results.len() == requests.len() => {
+            Ok(results) if results.len() == count => {
                 results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect()
             }
-            Ok(results) => {
-                let e = Error::internal(format!(
-                    "model '{label}': plugin answered {} requests with {} responses",
-                    requests.len(),
-                    results.len()
-                ));
-                requests.iter().map(|_| Err(e.clone())).collect()
-            }
+            Ok(results) => fail_all(Error::internal(format!(
+                "model '{label}': plugin answered {count} requests with {} responses",
+                results.len()
+            ))),
             Err(trap) => {
                 tracing::warn!(model = &*label, "plugin trapped, re-creating the instance: {trap:#}");
                 self.live = None;
-                let e = Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap, &limits)));
-                requests.iter().map(|_| Err(e.clone())).collect()
+                fail_all(Error::internal(format!("model '{label}': plugin trapped: {}", trap_summary(&trap, &limits))))
             }
         }
     }

@@ -6,13 +6,15 @@
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+use super::chunks::Chunks;
 use super::decoded_body;
 use super::json_data::{self, JsonData};
 use crate::error::{Error, Result};
@@ -248,19 +250,15 @@ fn encode_response(response: &InferenceResponse, binary: &[bool]) -> Result<Resp
     if !(0..response.outputs.len()).any(is_binary) {
         return Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response());
     }
-    let binary_size: usize =
-        response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.len()).sum();
-    let mut body = BytesMut::with_capacity(json.len() + binary_size);
-    body.extend_from_slice(&json);
-    for (_, tensor) in response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)) {
-        body.extend_from_slice(&tensor.data);
-    }
+    let header_length = json.len();
+    let binary = response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.clone());
+    let body = Chunks::new(std::iter::once(Bytes::from(json)).chain(binary));
     Ok((
         [
             (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
-            (header::HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(json.len())),
+            (header::HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(header_length)),
         ],
-        body.freeze(),
+        Body::new(body),
     )
         .into_response())
 }

@@ -1,6 +1,7 @@
 //! The HTTP/REST frontend: KServe v2 routes under `/v2`, JSON tensors and Triton's binary tensor data
 //! extension, compressed request bodies. Errors are `{"error": "..."}` with Triton's status codes.
 
+mod chunks;
 mod infer;
 mod json_data;
 mod repository;
