@@ -2,6 +2,7 @@
 //! SIGINT/SIGTERM. No protocol, backend or request logic lives here.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -9,8 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::wasm::{python::PythonBuilder, WasmRuntime};
-use crate::backends::{onnx::OnnxRuntime, ModelCaller, Peers, Runtimes};
+use crate::backends::{ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::executor::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};
@@ -22,12 +22,9 @@ use crate::service::{HttpLimits, Service};
 pub async fn run(options: Options) -> anyhow::Result<()> {
     options.check().map_err(anyhow::Error::msg)?;
     let cache_dir = options.component_cache_dir();
-    let onnx_library = options.backend_setting("onnxruntime", "library").map(std::path::PathBuf::from);
-    let python = PythonBuilder::new(
-        options.backend_setting("python", "componentize-py").map(std::path::PathBuf::from),
-        cache_dir.as_deref(),
-    );
-    let auto_complete_disabled = options.disable_auto_complete_config;
+    let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
+    let componentize_py = options.backend_setting("python", "componentize-py").map(PathBuf::from);
+    let complete_configs = !options.disable_auto_complete_config;
     let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
@@ -35,12 +32,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let peers = Peers::default();
     let plugin_peers = peers.clone();
     let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
-        let runtimes = Runtimes {
-            wasm: WasmRuntime::new(cache_dir, plugin_peers).context("cannot create the WebAssembly engine")?,
-            onnx: OnnxRuntime::new(onnx_library),
-            python,
-            complete_configs: !auto_complete_disabled,
-        };
+        let runtimes = Runtimes::new(cache_dir, plugin_peers, onnx_library, componentize_py, complete_configs)?;
         Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name })
     })
     .await??;

@@ -11,9 +11,10 @@ pub mod onnx;
 
 pub mod wasm;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 
+use anyhow::Context;
 use async_trait::async_trait;
 
 use crate::error::{LoadResult, Result};
@@ -112,6 +113,26 @@ impl BackendKind {
 const ONNX_PLATFORM: &str = "onnxruntime_onnx";
 
 impl Runtimes {
+    /// Creates every backend kind's runtime: the WebAssembly engines (compiled plugins cached in
+    /// `cache_dir`; plugins reach other models through `peers`), ONNX Runtime (its library at
+    /// `onnx_library`, else found as `onnx::OnnxRuntime` says) and the Python model builder
+    /// (`componentize_py`, else found on PATH). `complete_configs`: auto-complete configs from the models.
+    pub fn new(
+        cache_dir: Option<PathBuf>,
+        peers: Peers,
+        onnx_library: Option<PathBuf>,
+        componentize_py: Option<PathBuf>,
+        complete_configs: bool,
+    ) -> anyhow::Result<Self> {
+        let python = wasm::python::PythonBuilder::new(componentize_py, cache_dir.as_deref());
+        Ok(Runtimes {
+            wasm: wasm::WasmRuntime::new(cache_dir, peers).context("cannot create the WebAssembly engine")?,
+            onnx: onnx::OnnxRuntime::new(onnx_library),
+            python,
+            complete_configs,
+        })
+    }
+
     /// Fills in what a config leaves out from the model itself, as Triton's backends do: the platform
     /// from the model file when the config names none, then (ONNX) inputs, outputs and batching from the
     /// graph of the `newest` version directory, or (Wasm, Python) whatever the plugin's

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use tokio::sync::Notify;
 
-use crate::backends::{LoadContext, Runtimes};
+use crate::backends::{Instance, LoadContext, Runtimes};
 use crate::error::LoadResult;
 use crate::inference::Signature;
 use crate::model_config::{self, ModelConfig};
@@ -46,7 +46,6 @@ impl ModelVersion {
     ) -> LoadResult<Self> {
         let name = config.name.clone();
         let version_dir = model_dir.join(version.to_string());
-        let signature = Signature::from_config(&config)?;
         let config_json = model_config::to_json(&config);
         let ctx = LoadContext {
             model: &name,
@@ -67,13 +66,26 @@ impl ModelVersion {
                 instances.push(instance);
             }
         }
-        let stats = Arc::new(Stats::new(metrics.for_model(&name, version)));
+        Self::with_instances(runtime, metrics, config, version, instances)
+    }
+
+    /// A version of the (normalised) `config` served by `instances`, however they were made: by a backend
+    /// at load, or directly by code that embeds the server (the in-process tests do).
+    pub fn with_instances(
+        runtime: &tokio::runtime::Handle,
+        metrics: &Metrics,
+        config: Arc<ModelConfig>,
+        version: i64,
+        instances: Vec<Box<dyn Instance>>,
+    ) -> LoadResult<Self> {
+        let signature = Signature::from_config(&config)?;
+        let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
         let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats);
         Ok(ModelVersion {
-            name,
+            name: config.name.clone(),
             version,
+            config_json: Arc::new(model_config::to_json(&config)),
             config,
-            config_json: Arc::new(config_json),
             signature,
             scheduler,
             files: None,

@@ -64,6 +64,23 @@ impl ModelRecord {
         }
     }
 
+    /// A model serving `versions`, all loaded from `config`.
+    pub fn serving(
+        path: &Path,
+        config: Arc<ModelConfig>,
+        versions: impl IntoIterator<Item = Arc<ModelVersion>>,
+    ) -> Self {
+        ModelRecord {
+            name: config.name.clone(),
+            path: path.to_path_buf(),
+            versions: versions.into_iter().map(|v| (v.version, VersionState::Ready(v))).collect(),
+            config: Some(config),
+            reason: None,
+            fingerprint: None,
+            scratch: None,
+        }
+    }
+
     /// A model whose first load is under way.
     pub fn loading(name: &str, path: &Path) -> Self {
         ModelRecord { reason: None, ..ModelRecord::failed(name, path, String::new()) }
