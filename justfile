@@ -15,3 +15,7 @@ setup:
 # Build everything, install the real Triton and perf_analyzer, and benchmark both side by side.
 bench *ARGS:
     scripts/dev bench {{ARGS}}
+
+# Dynamic batching on a compute-heavy ONNX model, and Tessera's serving overhead over bare ONNX Runtime.
+bench-batching *ARGS:
+    scripts/dev bench-batching {{ARGS}}

@@ -11,12 +11,10 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import pathlib
 import urllib.request
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import ROOT, Server, free_port, perf_analyzer  # noqa: E402
+from harness import ROOT, Server, free_port, perf_analyzer
 
 # Builds copied out of the tree do not find the project's ONNX Runtime next to them; point them at it.
 ORT = ROOT / ".cache" / "onnxruntime" / "libonnxruntime.so"

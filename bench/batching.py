@@ -16,15 +16,12 @@ Run through `scripts/dev bench-batching` (after setup and bench install).
 """
 
 import argparse
-import pathlib
 import statistics
-import sys
 import time
 
 import numpy as np
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import CACHE, ROOT, TESSERA, Server, floor_server, free_port, interleaved, perf_analyzer  # noqa: E402
+from harness import CACHE, ROOT, TESSERA, Server, floor_server, free_port, interleaved, perf_analyzer
 
 import os  # noqa: E402
 import shutil  # noqa: E402

@@ -16,8 +16,7 @@ import shutil
 import statistics
 import sys
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from run import CACHE, ROOT, TESSERA, perf_analyzer, prepare_repositories, ratio, tessera_server, triton_server  # noqa: E402
+from harness import CACHE, ROOT, TESSERA, perf_analyzer, prepare_repositories, ratio, tessera_server, triton_server
 
 MODELS = ["simple", "add_sub_python", "add_sub_js", "add_sub_c", "simple_onnx"]
 

@@ -5,17 +5,17 @@
 
 pub mod backends;
 pub mod cli;
-pub mod content_hash;
+pub(crate) mod content_hash;
 pub mod error;
 pub mod executor;
 pub mod frontends;
 pub mod inference;
 pub mod model_config;
-pub mod model_files;
+pub(crate) mod model_files;
 pub mod observability;
 pub mod proto;
 pub mod repository;
-pub mod scheduler;
+pub(crate) mod scheduler;
 pub mod server;
 pub mod service;
 pub mod tensor;

@@ -118,11 +118,6 @@ pub fn is_regular_file(path: &Path) -> bool {
     path.metadata().is_ok_and(|m| m.is_file())
 }
 
-/// Whether `path` is a directory, links followed.
-pub fn is_directory(path: &Path) -> bool {
-    path.metadata().is_ok_and(|m| m.is_dir())
-}
-
 /// The paths, relative to `root`, of every regular file below `dir` (a link to a regular file counts).
 /// Directories are entered only when they are real directories, never through a link.
 pub fn regular_files(root: &Path, dir: &Path, out: &mut Vec<String>) {

@@ -1,6 +1,7 @@
 """Test fixtures: the real `tessera` binary on loopback ports, serving repositories built from the real
 plugins (built by `scripts/dev setup`). Nothing here mocks the server or the protocol."""
 
+import json
 import os
 import pathlib
 import shutil
@@ -18,6 +19,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARY = pathlib.Path(os.environ.get("TESSERA_BINARY") or ROOT / "target" / "release" / "tessera")
 PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
 MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
+# The default repository's models built from the example plugins, by kind (rust, javascript, c): what setup
+# builds, from the same list.
+EXAMPLE_MODELS = json.loads((ROOT / "plugins" / "models.json").read_text())
 # Where the venv's tools live: componentize-py builds Python models, as `scripts/dev serve` finds it.
 VENV_BIN = pathlib.Path(sys.executable).parent
 
@@ -178,10 +182,10 @@ class Server:
 
 @pytest.fixture(scope="session", autouse=True)
 def built():
-    needed = [BINARY, PLUGINS / "add_sub.wasm", PLUGINS / "identity.wasm", PLUGINS / "faulty.wasm", PLUGINS / "sleep.wasm", PLUGINS / "bls.wasm",
-              PLUGINS / "filetype.wasm", ROOT / "model_repository/filetype/1/model.wasm", ROOT / "model_repository/magika/1/model.onnx",
-              ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py",
-              MINILM_TOKENIZER,
+    test_plugins = [PLUGINS / f"{plugin}.wasm" for plugin in ("add_sub", "identity", "faulty", "sleep", "bls", "filetype")]
+    example_models = [ROOT / "model_repository" / model / "1" / "model.wasm" for model in EXAMPLE_MODELS["rust"]]
+    needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
+              ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py", MINILM_TOKENIZER,
               ROOT / "model_repository/simple_onnx/1/model.onnx", ROOT / "model_repository/minilm/1/model.onnx"]
     missing = [p for p in needed if not p.exists()]
     if missing:

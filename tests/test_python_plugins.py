@@ -5,7 +5,6 @@ pre-processor) against their references over HTTP and gRPC, and a test model tha
 per-request errors, exceptions). Broken models and a missing componentize-py fail that model only, with the
 reason in the repository index."""
 
-import json
 
 import numpy as np
 import pytest
@@ -15,7 +14,7 @@ import tritonclient.http as httpclient
 from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
-from conftest import MINILM_TOKENIZER, PLUGINS, ROOT, Server, add_model, add_sub_inputs
+from conftest import MINILM_TOKENIZER, ROOT, Server, add_model, add_sub_inputs
 
 CALLER = '''
 import json

@@ -2,8 +2,6 @@
 --exit-on-error and --strict-readiness behave as in Triton, compiled plugins are cached across restarts,
 guest output reaches the log, and SIGTERM stops the server cleanly."""
 
-import pathlib
-import shutil
 
 import requests
 

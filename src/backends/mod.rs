@@ -7,9 +7,9 @@
 //! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
 mod leftovers;
-pub mod onnx;
+pub(crate) mod onnx;
 
-pub mod wasm;
+pub(crate) mod wasm;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};

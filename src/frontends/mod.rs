@@ -5,4 +5,4 @@
 
 pub mod grpc;
 pub mod http;
-pub mod metrics;
+pub(crate) mod metrics;

@@ -2,7 +2,7 @@
 //! on. A request travels by value from the frontend through the scheduler to one backend instance; its
 //! tensors share their bytes with the buffer they were decoded from.
 
-pub mod signature;
+pub(crate) mod signature;
 
 pub use signature::Signature;
 

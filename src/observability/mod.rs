@@ -4,4 +4,4 @@
 
 pub mod logging;
 pub mod metrics;
-pub mod stats;
+pub(crate) mod stats;

@@ -12,7 +12,7 @@ pub mod queue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub use pool::{Execution, InstancePool, Reservation};
+pub use pool::{InstancePool, Reservation};
 
 use crate::backends::Instance;
 use crate::error::Result;
