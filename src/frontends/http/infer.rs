@@ -24,6 +24,10 @@ use crate::tensor::{element_count, DataType, Tensor};
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
 
+/// Binary outputs larger than this in all are sent as a chain of their own buffers (`chunks`) rather than
+/// copied into one.
+const CHAIN_FROM: usize = 64 * 1024;
+
 pub async fn infer(ctx: State<Arc<Service>>, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
     handle(ctx, model, String::new(), headers, body).await
 }
@@ -251,14 +255,25 @@ fn encode_response(response: &InferenceResponse, binary: &[bool]) -> Result<Resp
         return Ok(([(header::CONTENT_TYPE, HeaderValue::from_static("application/json"))], json).into_response());
     }
     let header_length = json.len();
-    let binary = response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| t.data.clone());
-    let body = Chunks::new(std::iter::once(Bytes::from(json)).chain(binary));
+    let binary: Vec<&Bytes> =
+        response.outputs.iter().enumerate().filter(|(i, _)| is_binary(*i)).map(|(_, t)| &t.data).collect();
+    let binary_size: usize = binary.iter().map(|b| b.len()).sum();
+    // Large outputs go out from their own buffers; small ones are copied behind the header, which costs less
+    // than a frame each.
+    let body = if binary_size > CHAIN_FROM {
+        Body::new(Chunks::new(std::iter::once(Bytes::from(json)).chain(binary.into_iter().cloned())))
+    } else {
+        let mut body = json;
+        body.reserve(binary_size);
+        binary.iter().for_each(|b| body.extend_from_slice(b));
+        Body::from(body)
+    };
     Ok((
         [
             (header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream")),
             (header::HeaderName::from_static(HEADER_LENGTH), HeaderValue::from(header_length)),
         ],
-        Body::new(body),
+        body,
     )
         .into_response())
 }
