@@ -105,8 +105,9 @@ def identity_config(name, config_type):
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
-    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, preexec=None):
-        self.repositories, self.tmp_path, self.flags, self.env, self.preexec = repositories, tmp_path, flags, env, preexec
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, open_files=None):
+        """`open_files`: run the server under that open-file limit (soft and hard), as a container would."""
+        self.repositories, self.tmp_path, self.flags, self.env, self.open_files = repositories, tmp_path, flags, env, open_files
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
         self.start()
 
@@ -114,7 +115,10 @@ class Server:
         """Starts the process on fresh ports."""
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.log_path = pathlib.Path(self.tmp_path) / f"tessera-{self.http_port}.log"
-        args = [str(BINARY)]
+        # prlimit (util-linux) rather than a preexec_fn: forking a process that runs grpcio's threads and
+        # then running Python in the child can abort the child before it executes anything.
+        limit = ["prlimit", f"--nofile={self.open_files}:{self.open_files}", "--"] if self.open_files else []
+        args = [*limit, str(BINARY)]
         for repo in self.repositories:
             args += ["--model-repository", str(repo)]
         args += [
@@ -127,7 +131,7 @@ class Server:
         self.log_file = open(self.log_path, "w")
         path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         self.process = subprocess.Popen(
-            args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})}, preexec_fn=self.preexec
+            args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})}
         )
 
     @property

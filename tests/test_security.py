@@ -240,12 +240,8 @@ def limited(tmp_path):
     if hard != resource.RLIM_INFINITY and hard < 1400:
         pytest.skip(f"this test opens 1100 connections; the open-file limit here is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-    def container_file_limit():
-        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, 1024))
-
     repo = small_repo(tmp_path / "repo")
-    server = Server([repo], tmp_path, "--http-header-timeout-secs=2", "--http-body-timeout-secs=2", preexec=container_file_limit)
+    server = Server([repo], tmp_path, "--http-header-timeout-secs=2", "--http-body-timeout-secs=2", open_files=1024)
     server.wait_live()
     yield server
     assert server.stop() == 0, server.log()
