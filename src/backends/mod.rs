@@ -69,6 +69,8 @@ pub struct Runtimes {
     pub python: wasm::python::PythonBuilder,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
     pub complete_configs: bool,
+    /// The server's models, for code that calls them (plugins' BLS, ensembles' steps).
+    pub peers: Peers,
 }
 
 /// The backends this server runs, by the names configs give them.
@@ -126,10 +128,11 @@ impl Runtimes {
     ) -> anyhow::Result<Self> {
         let python = wasm::python::PythonBuilder::new(componentize_py, cache_dir.as_deref());
         Ok(Runtimes {
-            wasm: wasm::WasmRuntime::new(cache_dir, peers).context("cannot create the WebAssembly engine")?,
+            wasm: wasm::WasmRuntime::new(cache_dir, peers.clone()).context("cannot create the WebAssembly engine")?,
             onnx: onnx::OnnxRuntime::new(onnx_library),
             python,
             complete_configs,
+            peers,
         })
     }
 

@@ -96,6 +96,15 @@ impl Signature {
         Ok(())
     }
 
+    /// The outputs a request asks for (`requested`), or every output in config order when it names none.
+    pub fn output_names(&self, requested: &[String]) -> Vec<String> {
+        if requested.is_empty() {
+            self.outputs.iter().map(|s| s.name.clone()).collect()
+        } else {
+            requested.to_vec()
+        }
+    }
+
     /// Checks what a backend answered and keeps the outputs the request asked for (`requested`), in the order asked (all
     /// outputs in config order if none were named). A backend that leaves out an output or gets its type or
     /// size wrong fails the request with an internal error that says so.

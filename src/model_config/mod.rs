@@ -3,6 +3,7 @@
 //! back as Triton-style JSON for `/config`. Every error names the file, the line where it can be found, and
 //! what is wrong, because that message is all a user sees when their model fails to load.
 
+pub mod ensemble;
 mod json;
 mod text;
 mod validate;

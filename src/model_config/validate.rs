@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{line_of, ModelConfig};
+use super::{ensemble, line_of, ModelConfig};
 use crate::error::LoadResult;
 use crate::model_files;
 use crate::proto::inference::{
@@ -73,6 +73,9 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
     check_priority_levels(config).map_err(|e| format!("{}: {e}", at("priority_levels", 0)))?;
     check_model_file_name(config, text, origin)?;
     check_instance_count(config).map_err(|e| format!("{}: {e}", at("instance_group", 0)))?;
+    if ensemble::is_ensemble(config) {
+        ensemble::validate(config).map_err(|e| format!("{}: {e}", at("ensemble_scheduling", 0)))?;
+    }
     Ok(())
 }
 
@@ -231,7 +234,8 @@ pub fn normalise(config: &mut ModelConfig, model_name: &str) {
             })),
         });
     }
-    if config.instance_group.is_empty() {
+    // An ensemble has no instances of its own: its steps run on their models' instances.
+    if config.instance_group.is_empty() && !ensemble::is_ensemble(config) {
         config.instance_group.push(ModelInstanceGroup::default());
     }
     for (index, group) in config.instance_group.iter_mut().enumerate() {

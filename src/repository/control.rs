@@ -10,7 +10,9 @@
 //! finalises them. One model changes at a time (a lock per name); different models load concurrently.
 
 use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,7 @@ use super::overrides::{LoadOverrides, ScratchDir};
 use super::record::{ModelRecord, VersionState, UNLOADED};
 use super::{ModelRepository, ModelVersion};
 use crate::error::{Error, LoadResult, Result};
+use crate::model_config::ensemble;
 use crate::{model_config, model_files};
 
 /// Where a model was found in the repositories, or why it cannot be used (a name in two repositories).
@@ -31,6 +34,32 @@ pub enum ControlMode {
     None,
     Poll,
     Explicit,
+}
+
+/// How a load came about, which decides what happens around it.
+#[derive(Clone, Copy, Default)]
+struct Occasion {
+    /// Load only if the model is not serving yet (an ensemble's composing model).
+    if_absent: bool,
+    /// A failure replaces the serving versions instead of leaving them in place (an ensemble whose
+    /// composing model went away must stop serving).
+    replace_on_failure: bool,
+}
+
+/// What an ensemble finds when it looks up a composing model in the table.
+fn composing(table: &ModelRepository, model: &str, version: i64) -> ensemble::Composing {
+    let Ok(record) = table.record(model) else { return Err("which has no loaded version.".into()) };
+    let Some(newest) = record.ready_versions().next_back() else {
+        return Err(match record.failures().first() {
+            Some(reason) => format!("which is not valid. Model '{model}' failed with error: {reason}"),
+            None => "which has no loaded version.".into(),
+        });
+    };
+    let config = newest.config.clone();
+    if version >= 0 && !matches!(record.versions.get(&version), Some(VersionState::Ready(_))) {
+        return Err(format!("whose required version {version} is not loaded."));
+    }
+    Ok(config)
 }
 
 /// One line of the repository index.
@@ -69,7 +98,7 @@ impl ModelControl {
             let location = found.get(&name).cloned().unwrap_or_else(|| Err(no_directory(&name)));
             let this = self.clone();
             tokio::spawn(async move {
-                let _ = this.load_model(&name, LoadOverrides::default(), Some(location)).await;
+                let _ = this.load_model(&name, LoadOverrides::default(), Some(location), Occasion::default()).await;
             })
         });
         for load in loads.collect::<Vec<_>>() {
@@ -100,13 +129,17 @@ impl ModelControl {
             if self.changed(name, location) {
                 let (this, name, location) = (self.clone(), name.clone(), location.clone());
                 changes.push(tokio::spawn(async move {
-                    let _ = this.load_model(&name, LoadOverrides::default(), Some(location)).await;
+                    let _ = this.load_model(&name, LoadOverrides::default(), Some(location), Occasion::default()).await;
+                    this.refresh_dependents(&name).await;
                 }));
             }
         }
         for record in self.table.records().into_iter().filter(|r| !found.contains_key(&r.name)) {
             let this = self.clone();
-            changes.push(tokio::spawn(async move { this.unload_model(&record.name, true).await }));
+            changes.push(tokio::spawn(async move {
+                this.unload_model(&record.name, true).await;
+                this.refresh_dependents(&record.name).await;
+            }));
         }
         for change in changes {
             let _ = change.await;
@@ -141,9 +174,9 @@ impl ModelControl {
         } else {
             None
         };
-        self.load_model(name, overrides, location)
-            .await
-            .map_err(|reason| Error::invalid(format!("failed to load '{name}': {reason}")))
+        let loaded = self.load_model(name, overrides, location, Occasion::default()).await;
+        self.refresh_dependents(name).await;
+        loaded.map_err(|reason| Error::invalid(format!("failed to load '{name}': {reason}")))
     }
 
     /// The repository API's unload: waits for the model's in-flight requests, then unloads it. Explicit
@@ -155,6 +188,7 @@ impl ModelControl {
             return Err(Error::invalid(format!("failed to unload '{name}': the model is not loaded")));
         }
         self.unload_model(name, false).await;
+        self.refresh_dependents(name).await;
         Ok(())
     }
 
@@ -194,54 +228,134 @@ impl ModelControl {
     }
 
     /// Loads `name` from `location` (or from the supplied files) and swaps it in. The error is the reason
-    /// it failed; when it failed on a reload, the versions that were serving still are.
-    async fn load_model(&self, name: &str, overrides: LoadOverrides, location: Option<Location>) -> LoadResult<()> {
-        let lock = self.lock_for(name);
-        let _held = lock.lock().await;
-        let previous = self.table.record(name).ok();
-        let (dir, scratch) = match (location, overrides.files.is_empty()) {
-            (_, false) => {
-                let (scratch, dir) = ScratchDir::create(name, &overrides.files).map_err(|e| e.to_string())?;
-                (dir, Some(Arc::new(scratch)))
+    /// it failed; when it failed on a reload, the versions that were serving still are (unless `occasion`
+    /// says otherwise). An ensemble's composing models are loaded first when they are not serving.
+    fn load_model<'a>(
+        &'a self,
+        name: &'a str,
+        overrides: LoadOverrides,
+        location: Option<Location>,
+        occasion: Occasion,
+    ) -> Pin<Box<dyn Future<Output = LoadResult<()>> + Send + 'a>> {
+        Box::pin(async move {
+            let lock = self.lock_for(name);
+            let _held = lock.lock().await;
+            if occasion.if_absent && self.serving(name) {
+                return Ok(());
             }
-            (Some(Ok(dir)), true) => (dir, None),
-            (Some(Err(reason)), true) => {
-                let failed = ModelRecord::failed(name, Path::new(""), reason);
-                return self.swap_in(previous, failed);
+            let previous = self.table.record(name).ok();
+            let (dir, scratch) = match (location, overrides.files.is_empty()) {
+                (_, false) => {
+                    let (scratch, dir) = ScratchDir::create(name, &overrides.files).map_err(|e| e.to_string())?;
+                    (dir, Some(Arc::new(scratch)))
+                }
+                (Some(Ok(dir)), true) => (dir, None),
+                (Some(Err(reason)), true) => {
+                    let failed = ModelRecord::failed(name, Path::new(""), reason);
+                    return self.swap_in(previous, failed, occasion.replace_on_failure);
+                }
+                (None, true) => return Err(no_directory(name).into()),
+            };
+            if previous.is_none() {
+                self.table.put(ModelRecord::loading(name, &dir));
             }
-            (None, true) => return Err(no_directory(name).into()),
-        };
-        if previous.is_none() {
-            self.table.put(ModelRecord::loading(name, &dir));
-        }
-        let started = Instant::now();
-        let (loader, model, config, before) =
-            (self.loader.clone(), name.to_string(), overrides.config, previous.clone());
-        let loaded = tokio::task::spawn_blocking(move || {
-            let mut record = loader.load(&model, &dir, config.as_deref(), before.as_deref());
-            // Supplied files are kept only for as long as a version loaded from them serves.
-            if record.ready_versions().next().is_some() {
-                record.scratch = scratch;
+            for model in self.loader.dependencies(name, &dir, overrides.config.as_deref()) {
+                if let Err(reason) = self.load_dependency(name, &model).await {
+                    let failed = ModelRecord::failed(name, &dir, reason.to_string());
+                    return self.swap_in(previous, failed, occasion.replace_on_failure);
+                }
             }
-            record
+            let started = Instant::now();
+            let (loader, table, model, config, before) =
+                (self.loader.clone(), self.table.clone(), name.to_string(), overrides.config, previous.clone());
+            let loaded = tokio::task::spawn_blocking(move || {
+                let composing = |model: &str, version: i64| composing(&table, model, version);
+                let mut record = loader.load(&model, &dir, config.as_deref(), before.as_deref(), &composing);
+                // Supplied files are kept only for as long as a version loaded from them serves.
+                if record.ready_versions().next().is_some() {
+                    record.scratch = scratch;
+                }
+                record
+            })
+            .await
+            .map_err(|e| format!("loading stopped unexpectedly: {e}"))?;
+            let outcome = self.swap_in(previous, loaded, occasion.replace_on_failure);
+            let ms = started.elapsed().as_millis() as u64;
+            match &outcome {
+                Ok(()) => tracing::info!(model = name, ms, "model loaded"),
+                Err(reason) => tracing::warn!(model = name, ms, "model failed to load: {reason}"),
+            }
+            outcome
         })
-        .await
-        .map_err(|e| format!("loading stopped unexpectedly: {e}"))?;
-        let outcome = self.swap_in(previous, loaded);
-        let ms = started.elapsed().as_millis() as u64;
-        match &outcome {
-            Ok(()) => tracing::info!(model = name, ms, "model loaded"),
-            Err(reason) => tracing::warn!(model = name, ms, "model failed to load: {reason}"),
+    }
+
+    /// Loads `model`, which `ensemble` uses, unless it already serves. A model missing from the repositories
+    /// or failing to load is left for the ensemble's own checks to report; a cycle fails the ensemble.
+    async fn load_dependency(&self, ensemble: &str, model: &str) -> LoadResult<()> {
+        if model == ensemble || self.depends_on(model, ensemble, &mut Vec::new()) {
+            return Err(
+                format!("circular dependency between ensembles: {ensemble} -> ... -> {model} -> {ensemble}").into()
+            );
         }
-        outcome
+        if self.serving(model) {
+            return Ok(());
+        }
+        if let Some(location) = self.locate(model) {
+            let occasion = Occasion { if_absent: true, ..Occasion::default() };
+            let _ = self.load_model(model, LoadOverrides::default(), Some(location), occasion).await;
+        }
+        Ok(())
+    }
+
+    /// Whether `model`'s config (in the repositories) names `target` as a step, directly or through other
+    /// ensembles. Read from the configs, not the table, so that a cycle is found before any lock is taken.
+    fn depends_on(&self, model: &str, target: &str, seen: &mut Vec<String>) -> bool {
+        if seen.iter().any(|s| s == model) {
+            return false;
+        }
+        seen.push(model.to_string());
+        let Some(Ok(dir)) = self.locate(model) else { return false };
+        self.loader
+            .dependencies(model, &dir, None)
+            .iter()
+            .any(|dependency| dependency == target || self.depends_on(dependency, target, seen))
+    }
+
+    /// After `changed` loaded or went away: reloads the ensembles that use it and are not fully serving, or
+    /// that it has left without a version, so that each is ready again or says why not.
+    async fn refresh_dependents(&self, changed: &str) {
+        let changed_serves = self.serving(changed);
+        for record in self.table.records() {
+            let uses_it = record
+                .config
+                .as_deref()
+                .and_then(ensemble::scheduling)
+                .is_some_and(|steps| steps.step.iter().any(|step| step.model_name == changed));
+            if !uses_it || (changed_serves && record.failures().is_empty()) || record.path.as_os_str().is_empty() {
+                continue;
+            }
+            let occasion = Occasion { replace_on_failure: true, ..Occasion::default() };
+            let _ =
+                self.load_model(&record.name, LoadOverrides::default(), Some(Ok(record.path.clone())), occasion).await;
+        }
+    }
+
+    /// Whether `name` has a version serving now.
+    fn serving(&self, name: &str) -> bool {
+        self.table.record(name).is_ok_and(|record| record.ready_versions().next().is_some())
     }
 
     /// Puts a freshly loaded record in the table, unless it failed where `previous` has versions serving:
     /// those then keep serving, with the failure as the model's reason. Versions no longer used are retired
     /// in the background.
-    fn swap_in(&self, previous: Option<Arc<ModelRecord>>, loaded: ModelRecord) -> LoadResult<()> {
+    fn swap_in(
+        &self,
+        previous: Option<Arc<ModelRecord>>,
+        loaded: ModelRecord,
+        replace_on_failure: bool,
+    ) -> LoadResult<()> {
         let failures = loaded.failures();
-        let serving = previous.filter(|p| p.ready_versions().next().is_some());
+        let serving = previous.filter(|p| !replace_on_failure && p.ready_versions().next().is_some());
         if let (false, Some(serving)) = (failures.is_empty(), &serving) {
             let reason =
                 format!("the new state failed to load and the previous versions keep serving: {}", failures.join("; "));

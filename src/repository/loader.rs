@@ -12,7 +12,7 @@ use super::fingerprint::Fingerprint;
 use super::record::{ModelRecord, VersionState};
 use super::{versions, ModelVersion};
 use crate::backends::Runtimes;
-use crate::model_config::{self, Completer, ConfigSource, ModelConfig};
+use crate::model_config::{self, ensemble, Completer, ConfigSource, ModelConfig};
 use crate::observability::metrics::Metrics;
 
 /// Everything loading needs, shared by every load.
@@ -33,13 +33,32 @@ impl Loader {
         model_dir: &Path,
         config_override: Option<&str>,
         previous: Option<&ModelRecord>,
+        composing: &dyn Fn(&str, i64) -> ensemble::Composing,
     ) -> ModelRecord {
         tracing::debug!(model = name, "loading from {}", model_dir.display());
         let config_file = model_config::config_path(model_dir, self.config_name.as_deref());
         let fingerprint = Fingerprint::of(model_dir, &config_file);
-        let mut record = self.load_versions(name, model_dir, config_override, previous, &fingerprint);
+        let mut record = self.load_versions(name, model_dir, config_override, previous, &fingerprint, composing);
         record.fingerprint = Some(fingerprint);
         record
+    }
+
+    /// The models the ensemble in `model_dir` uses (none for any other model, or a config that cannot be
+    /// read: loading it then says why).
+    pub fn dependencies(&self, name: &str, model_dir: &Path, config_override: Option<&str>) -> Vec<String> {
+        match model_config::load(model_dir, name, &self.source(config_override), None) {
+            Ok(config) => ensemble::scheduling(&config)
+                .map(|steps| steps.step.iter().map(|step| step.model_name.clone()).collect())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    fn source<'a>(&'a self, config_override: Option<&'a str>) -> ConfigSource<'a> {
+        match config_override {
+            Some(json) => ConfigSource::Json(json),
+            None => ConfigSource::File { config_name: self.config_name.as_deref() },
+        }
     }
 
     fn load_versions(
@@ -49,18 +68,20 @@ impl Loader {
         config_override: Option<&str>,
         previous: Option<&ModelRecord>,
         fingerprint: &Fingerprint,
+        composing: &dyn Fn(&str, i64) -> ensemble::Composing,
     ) -> ModelRecord {
         let newest = versions::newest(model_dir).map(|v| model_dir.join(v.to_string()));
         let complete = |config: &mut ModelConfig| self.runtimes.auto_complete(config, newest.as_deref());
         let complete: Option<Completer<'_>> = self.runtimes.complete_configs.then_some(&complete);
-        let source = match config_override {
-            Some(json) => ConfigSource::Json(json),
-            None => ConfigSource::File { config_name: self.config_name.as_deref() },
-        };
-        let config = match model_config::load(model_dir, name, &source, complete) {
+        let config = match model_config::load(model_dir, name, &self.source(config_override), complete) {
             Ok(config) => Arc::new(config),
             Err(reason) => return ModelRecord::failed(name, model_dir, reason.to_string()),
         };
+        // An ensemble is checked against its composing models as they are now. It keeps its config when it
+        // fails, so that it is reloaded when the model it waits for arrives.
+        if let Err(reason) = ensemble::validate_steps(&config, composing) {
+            return ModelRecord { config: Some(config), ..ModelRecord::failed(name, model_dir, reason.to_string()) };
+        }
         let selected = match versions::select(model_dir, config.version_policy.as_ref()) {
             Ok(selected) => selected,
             Err(reason) => return ModelRecord::failed(name, model_dir, reason),

@@ -12,7 +12,7 @@ use tokio::sync::Notify;
 use crate::backends::{Instance, LoadContext, Runtimes};
 use crate::error::LoadResult;
 use crate::inference::Signature;
-use crate::model_config::{self, ModelConfig};
+use crate::model_config::{self, ensemble, ModelConfig};
 use crate::observability::metrics::Metrics;
 use crate::observability::stats::Stats;
 use crate::proto::inference::ModelStatistics;
@@ -44,6 +44,12 @@ impl ModelVersion {
         config: Arc<ModelConfig>,
         version: i64,
     ) -> LoadResult<Self> {
+        if ensemble::is_ensemble(&config) {
+            let signature = Signature::from_config(&config)?;
+            let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
+            let scheduler = Scheduler::ensemble(&config, version, signature.clone(), runtimes.peers.clone(), stats);
+            return Ok(Self::assemble(config, version, signature, scheduler));
+        }
         let name = config.name.clone();
         let version_dir = model_dir.join(version.to_string());
         let config_json = model_config::to_json(&config);
@@ -81,7 +87,11 @@ impl ModelVersion {
         let signature = Signature::from_config(&config)?;
         let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
         let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats);
-        Ok(ModelVersion {
+        Ok(Self::assemble(config, version, signature, scheduler))
+    }
+
+    fn assemble(config: Arc<ModelConfig>, version: i64, signature: Signature, scheduler: Scheduler) -> Self {
+        ModelVersion {
             name: config.name.clone(),
             version,
             config_json: Arc::new(model_config::to_json(&config)),
@@ -91,7 +101,7 @@ impl ModelVersion {
             files: None,
             users: AtomicUsize::new(0),
             idle: Notify::new(),
-        })
+        }
     }
 
     /// The version's scheduler, which runs its requests.

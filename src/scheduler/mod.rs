@@ -2,10 +2,11 @@
 //! checks each request against the version's signature, hands it to the version's scheduling strategy,
 //! keeps the outputs the request asked for, and records the request's statistics, all in one place. The
 //! strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
-//! of the `pool` and runs alone) and `Dynamic` (the `batcher` merges queued requests into batches); the
-//! sequence batcher and the ensemble runner are the next strategies beside them.
+//! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
+//! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one.
 
 pub mod batcher;
+mod ensemble;
 mod pool;
 pub mod queue;
 
@@ -14,7 +15,7 @@ use std::time::{Duration, Instant};
 
 pub use pool::{InstancePool, Reservation};
 
-use crate::backends::Instance;
+use crate::backends::{Instance, Peers};
 use crate::error::Result;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::ModelConfig;
@@ -22,6 +23,7 @@ use crate::observability::stats::Stats;
 use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
 use batcher::Batcher;
+use ensemble::Ensemble;
 
 /// How a model version runs its requests.
 enum Strategy {
@@ -29,6 +31,8 @@ enum Strategy {
     Direct,
     /// Triton's dynamic batcher.
     Dynamic(Batcher),
+    /// Steps over other models (`platform: "ensemble"`); no instances of its own.
+    Ensemble(Ensemble),
 }
 
 /// The scheduler of one model version.
@@ -36,7 +40,7 @@ pub struct Scheduler {
     name: String,
     version: i64,
     signature: Signature,
-    pool: Arc<InstancePool>,
+    pool: Option<Arc<InstancePool>>,
     strategy: Strategy,
     stats: Arc<Stats>,
 }
@@ -57,7 +61,14 @@ impl Scheduler {
             Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone())),
             None => Strategy::Direct,
         };
-        Scheduler { name: config.name.clone(), version, signature, pool, strategy, stats }
+        Scheduler { name: config.name.clone(), version, signature, pool: Some(pool), strategy, stats }
+    }
+
+    /// The scheduler of an ensemble (`config` is a validated ensemble config): its steps reach the composing
+    /// models through `peers`.
+    pub fn ensemble(config: &ModelConfig, version: i64, signature: Signature, peers: Peers, stats: Arc<Stats>) -> Self {
+        let strategy = Strategy::Ensemble(Ensemble::from_config(config, peers));
+        Scheduler { name: config.name.clone(), version, signature, pool: None, strategy, stats }
     }
 
     /// Checks, schedules and executes one request; every request is counted once, success or failure.
@@ -75,7 +86,9 @@ impl Scheduler {
 
     /// Finishes in-flight requests and finalises every instance.
     pub async fn shutdown(&self) {
-        self.pool.shutdown().await;
+        if let Some(pool) = &self.pool {
+            pool.shutdown().await;
+        }
     }
 
     /// Checks, queues and executes one request; also returns its time in the queue.
@@ -96,6 +109,11 @@ impl Scheduler {
                 (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
             }
             Strategy::Direct => self.execute_alone(request, &requested, batch_size).await,
+            Strategy::Ensemble(ensemble) => {
+                let wanted = self.signature.output_names(&requested);
+                let produced = ensemble.run(request, &wanted).await;
+                (produced.and_then(|produced| self.signature.select_outputs(&requested, produced)), Duration::ZERO)
+            }
         };
         let response =
             result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
@@ -110,7 +128,8 @@ impl Scheduler {
         requested: &[String],
         batch_size: u64,
     ) -> (Result<Vec<Tensor>>, Duration) {
-        let execution = self.pool.execute(request).await;
+        let pool = self.pool.as_ref().expect("a direct strategy has a pool");
+        let execution = pool.execute(request).await;
         let output_started = Instant::now();
         let result = execution.result.and_then(|produced| self.signature.select_outputs(requested, produced));
         if let Some(mut timing) = execution.timing {
