@@ -44,6 +44,9 @@ struct Occasion {
     /// A failure replaces the serving versions instead of leaving them in place (an ensemble whose
     /// composing model went away must stop serving).
     replace_on_failure: bool,
+    /// Check the ensemble against its composing models as they are, loading none (an ensemble re-checked
+    /// because one of them was unloaded must not load it again).
+    leave_dependencies: bool,
 }
 
 /// What an ensemble finds when it looks up a composing model in the table.
@@ -259,7 +262,11 @@ impl ModelControl {
             if previous.is_none() {
                 self.table.put(ModelRecord::loading(name, &dir));
             }
-            for model in self.loader.dependencies(name, &dir, overrides.config.as_deref()) {
+            let dependencies = match occasion.leave_dependencies {
+                true => Vec::new(),
+                false => self.loader.dependencies(name, &dir, overrides.config.as_deref()),
+            };
+            for model in dependencies {
                 if let Err(reason) = self.load_dependency(name, &model).await {
                     let failed = ModelRecord::failed(name, &dir, reason.to_string());
                     return self.swap_in(previous, failed, occasion.replace_on_failure);
@@ -334,7 +341,7 @@ impl ModelControl {
             if !uses_it || (changed_serves && record.failures().is_empty()) || record.path.as_os_str().is_empty() {
                 continue;
             }
-            let occasion = Occasion { replace_on_failure: true, ..Occasion::default() };
+            let occasion = Occasion { replace_on_failure: true, leave_dependencies: true, ..Occasion::default() };
             let _ =
                 self.load_model(&record.name, LoadOverrides::default(), Some(Ok(record.path.clone())), occasion).await;
         }

@@ -19,7 +19,7 @@ use crate::backends::{Instance, Peers};
 use crate::error::Result;
 use crate::inference::{InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::ModelConfig;
-use crate::observability::stats::Stats;
+use crate::observability::stats::{Stats, Timing};
 use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
 use batcher::Batcher;
@@ -109,11 +109,7 @@ impl Scheduler {
                 (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
             }
             Strategy::Direct => self.execute_alone(request, &requested, batch_size).await,
-            Strategy::Ensemble(ensemble) => {
-                let wanted = self.signature.output_names(&requested);
-                let produced = ensemble.run(request, &wanted).await;
-                (produced.and_then(|produced| self.signature.select_outputs(&requested, produced)), Duration::ZERO)
-            }
+            Strategy::Ensemble(ensemble) => self.run_ensemble(ensemble, request, &requested, batch_size).await,
         };
         let response =
             result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
@@ -137,6 +133,32 @@ impl Scheduler {
             self.stats.executed(batch_size, &timing);
         }
         (result, execution.queue)
+    }
+
+    /// Runs an ensemble request's steps and selects its outputs. As in Triton, a successful ensemble request
+    /// counts as one execution of its batch size; its compute time is the whole run (the steps' own time is
+    /// in their models' statistics).
+    async fn run_ensemble(
+        &self,
+        ensemble: &Ensemble,
+        request: InferenceRequest,
+        requested: &[String],
+        batch_size: u64,
+    ) -> (Result<Vec<Tensor>>, Duration) {
+        let started = Instant::now();
+        let wanted = self.signature.output_names(requested);
+        let result = ensemble.run(request, &wanted).await;
+        let output_started = Instant::now();
+        let result = result.and_then(|produced| self.signature.select_outputs(requested, produced));
+        if result.is_ok() {
+            let timing = Timing {
+                compute_input: Duration::ZERO,
+                compute_infer: output_started - started,
+                compute_output: output_started.elapsed(),
+            };
+            self.stats.executed(batch_size, &timing);
+        }
+        (result, Duration::ZERO)
     }
 
     /// How many inferences a request carries: its batch dimension when the model batches, else one.
