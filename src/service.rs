@@ -95,8 +95,10 @@ impl Service {
         self.is_live() && (!self.strict_readiness || self.repository.all_ready())
     }
 
+    /// The server's name is "triton", as Triton answers: clients check it (Triton's own health-and-metadata
+    /// examples fail on any other name). The version is Tessera's.
     pub fn server_metadata(&self) -> ServerMetadata {
-        ServerMetadata { name: "tessera", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+        ServerMetadata { name: "triton", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
     }
 
     /// Ok when the version (the newest ready one for an empty `version`) can serve; else why not.

@@ -190,7 +190,8 @@ def built():
     example_models = [ROOT / "model_repository" / model / "1" / "model.wasm" for model in EXAMPLE_MODELS["rust"]]
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
               ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py", MINILM_TOKENIZER,
-              ROOT / "model_repository/simple_onnx/1/model.onnx", ROOT / "model_repository/minilm/1/model.onnx"]
+              ROOT / "model_repository/minilm/1/model.onnx",
+              *(ROOT / "model_repository" / model / "1/model.onnx" for model in ("simple_onnx", "simple_string", "simple_int8"))]
     missing = [p for p in needed if not p.exists()]
     if missing:
         pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)

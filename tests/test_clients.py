@@ -46,9 +46,9 @@ def test_server_metadata_and_health(protocol):
     assert client.is_server_ready()
     metadata = client.get_server_metadata()
     if module is grpcclient:
-        assert metadata.name == "tessera" and "binary_tensor_data" in metadata.extensions
+        assert metadata.name == "triton" and "binary_tensor_data" in metadata.extensions
     else:
-        assert metadata["name"] == "tessera" and "binary_tensor_data" in metadata["extensions"]
+        assert metadata["name"] == "triton" and "binary_tensor_data" in metadata["extensions"]
 
 
 def test_model_metadata_config_and_ready(protocol):

@@ -168,7 +168,8 @@ impl ModelControl {
     pub async fn load(&self, name: &str, overrides: LoadOverrides) -> Result<()> {
         self.require_explicit()?;
         model_files::check_model_name(name).map_err(Error::InvalidArgument)?;
-        overrides.check()?;
+        // Triton's message for a bad override starts "failed to load '<name>'" too (clients test for it).
+        overrides.check().map_err(|e| e.context(&format!("failed to load '{name}'")))?;
         let location = if overrides.files.is_empty() {
             Some(
                 self.locate(name)

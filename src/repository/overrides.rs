@@ -11,6 +11,9 @@ use bytes::Bytes;
 use crate::error::{Error, Result};
 use crate::model_files;
 
+/// The longest file name Linux file systems hold, in bytes.
+const NAME_MAX: usize = 255;
+
 /// The overrides of one load request.
 #[derive(Default)]
 pub struct LoadOverrides {
@@ -28,6 +31,13 @@ impl LoadOverrides {
             return Err(Error::invalid("model files were supplied without a 'config' parameter, which they require"));
         }
         for (path, _) in &self.files {
+            // Triton answers a name the file system cannot hold with INTERNAL "failed to poll from model
+            // repository", and its model-control example checks for both.
+            if path.split('/').any(|component| component.len() > NAME_MAX) {
+                return Err(Error::internal(format!(
+                    "failed to poll from model repository: the supplied file 'file:{path}' has a name longer than {NAME_MAX} bytes"
+                )));
+            }
             relative_path(path)?;
         }
         if let Some(config) = &self.config {
