@@ -46,10 +46,12 @@ pub fn resolve_inside(root: &Path, relative: &Path) -> Result<PathBuf, String> {
     let joined = root.join(relative);
     // The deepest ancestor that exists is resolved; what follows it cannot be a link yet.
     let existing = joined.ancestors().find(|a| a.symlink_metadata().is_ok()).unwrap_or(&root);
-    let resolved = existing
-        .canonicalize()
-        .map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?
-        .join(joined.strip_prefix(existing).unwrap_or(Path::new("")));
+    let mut resolved = existing.canonicalize().map_err(|e| format!("cannot resolve {}: {e}", existing.display()))?;
+    // Joined only when something follows: joining an empty path would add a trailing slash.
+    let rest = joined.strip_prefix(existing).unwrap_or(Path::new(""));
+    if !rest.as_os_str().is_empty() {
+        resolved = resolved.join(rest);
+    }
     let escapes = resolved.components().any(|c| c == Component::ParentDir) || !resolved.starts_with(&root);
     if escapes {
         return Err(format!("'{}' is outside {}", relative.display(), root.display()));
@@ -172,6 +174,8 @@ mod tests {
         let root = dir.join("root");
         assert!(resolve_inside(&root, Path::new("1/new/file")).is_ok());
         assert!(resolve_inside(&root, Path::new("1/in/file")).is_ok());
+        let existing = resolve_inside(&root, Path::new("1")).unwrap();
+        assert!(existing.is_dir() && !existing.to_string_lossy().ends_with('/'));
         assert!(resolve_inside(&root, Path::new("1/out/passwd")).is_err());
         assert!(resolve_inside(&root, Path::new("1/../../x")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();

@@ -2,8 +2,10 @@
 //! on. A request travels by value from the frontend through the scheduler to one backend instance; its
 //! tensors share their bytes with the buffer they were decoded from.
 
+pub(crate) mod classification;
 pub(crate) mod signature;
 
+pub use classification::Labels;
 pub use signature::Signature;
 
 use std::time::Duration;
@@ -13,7 +15,7 @@ use crate::tensor::Tensor;
 
 /// Tensor parameters of protocol extensions this server does not offer yet. A request that uses one is
 /// refused with a message saying so, rather than served as if the parameter were absent.
-const UNSUPPORTED_TENSOR_PARAMETERS: [&str; 2] = ["shared_memory_region", "classification"];
+const UNSUPPORTED_TENSOR_PARAMETERS: [&str; 1] = ["shared_memory_region"];
 
 /// Refuses tensor `name` if any of its parameter `keys` belongs to an extension not offered yet.
 pub fn reject_unsupported<'k>(mut keys: impl Iterator<Item = &'k String>, name: &str) -> Result<()> {
@@ -34,7 +36,7 @@ pub enum Parameter {
     String(String),
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct InferenceRequest {
     pub model: String,
     /// The version asked for; empty means the server's choice (the highest ready version).
@@ -43,6 +45,8 @@ pub struct InferenceRequest {
     pub inputs: Vec<Tensor>,
     /// Output names asked for, in the order asked; empty means every output in config order.
     pub requested_outputs: Vec<String>,
+    /// Requested outputs to answer with their top classes, and how many (the classification extension).
+    pub class_counts: Vec<(String, usize)>,
     pub parameters: Vec<(String, Parameter)>,
 }
 

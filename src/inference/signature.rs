@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::InferenceRequest;
+use super::{InferenceRequest, Labels};
 use crate::error::{Error, LoadResult, Result};
 use crate::model_config::ModelConfig;
 use crate::tensor::{DataType, Tensor};
@@ -32,6 +32,8 @@ pub struct Signature {
     pub max_batch_size: i64,
     pub inputs: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
+    /// The outputs' class labels, for the classification extension.
+    pub labels: Labels,
 }
 
 impl Signature {
@@ -55,7 +57,13 @@ impl Signature {
                 .iter()
                 .map(|o| spec(&o.name, o.data_type, &o.dims, false))
                 .collect::<std::result::Result<_, _>>()?,
+            labels: Labels::default(),
         })
+    }
+
+    /// The same signature with the outputs' class labels.
+    pub fn with_labels(self, labels: Labels) -> Self {
+        Signature { labels, ..self }
     }
 
     /// Checks a request against the model: known and complete inputs of the right type, shape and size, a
@@ -199,16 +207,13 @@ mod tests {
     fn request(shape: Vec<i64>, bytes: usize) -> InferenceRequest {
         InferenceRequest {
             model: "simple".into(),
-            version: String::new(),
-            id: String::new(),
             inputs: vec![Tensor {
                 name: "INPUT0".into(),
                 datatype: DataType::Int32,
                 shape,
                 data: Bytes::from(vec![0; bytes]),
             }],
-            requested_outputs: vec![],
-            parameters: vec![],
+            ..InferenceRequest::default()
         }
     }
 

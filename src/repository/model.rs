@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 
 use crate::backends::{Instance, LoadContext, Runtimes};
 use crate::error::LoadResult;
-use crate::inference::Signature;
+use crate::inference::{Labels, Signature};
 use crate::model_config::{self, ensemble, ModelConfig};
 use crate::observability::metrics::Metrics;
 use crate::observability::stats::Stats;
@@ -44,8 +44,9 @@ impl ModelVersion {
         config: Arc<ModelConfig>,
         version: i64,
     ) -> LoadResult<Self> {
+        let labels = Labels::read(&config, model_dir)?;
         if ensemble::is_ensemble(&config) {
-            let signature = Signature::from_config(&config)?;
+            let signature = Signature::from_config(&config)?.with_labels(labels);
             let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
             let scheduler = Scheduler::ensemble(&config, version, signature.clone(), runtimes.peers.clone(), stats);
             return Ok(Self::assemble(config, version, signature, scheduler));
@@ -72,7 +73,7 @@ impl ModelVersion {
                 instances.push(instance);
             }
         }
-        Self::with_instances(runtime, metrics, config, version, instances)
+        Self::serving(runtime, metrics, config, version, instances, labels)
     }
 
     /// A version of the (normalised) `config` served by `instances`, however they were made: by a backend
@@ -84,7 +85,19 @@ impl ModelVersion {
         version: i64,
         instances: Vec<Box<dyn Instance>>,
     ) -> LoadResult<Self> {
-        let signature = Signature::from_config(&config)?;
+        Self::serving(runtime, metrics, config, version, instances, Labels::default())
+    }
+
+    /// A version served by `instances`, answering classification requests with `labels`.
+    fn serving(
+        runtime: &tokio::runtime::Handle,
+        metrics: &Metrics,
+        config: Arc<ModelConfig>,
+        version: i64,
+        instances: Vec<Box<dyn Instance>>,
+        labels: Labels,
+    ) -> LoadResult<Self> {
+        let signature = Signature::from_config(&config)?.with_labels(labels);
         let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
         let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats);
         Ok(Self::assemble(config, version, signature, scheduler))

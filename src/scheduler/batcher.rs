@@ -436,11 +436,9 @@ mod tests {
     fn request(values: &[i32], rows: i64) -> InferenceRequest {
         InferenceRequest {
             model: "m".into(),
-            version: String::new(),
-            id: String::new(),
             inputs: vec![int32("X", rows, values)],
             requested_outputs: vec!["Y".into()],
-            parameters: vec![],
+            ..InferenceRequest::default()
         }
     }
 

@@ -143,6 +143,7 @@ impl Ensemble {
             id: request.id.clone(),
             inputs,
             requested_outputs,
+            class_counts: Vec::new(),
             parameters: request.parameters.clone(),
         }
     }

@@ -1,6 +1,6 @@
 //! Moves requests to backend instances. Every model version has one `Scheduler`, as in Triton's core: it
 //! checks each request against the version's signature, hands it to the version's scheduling strategy,
-//! keeps the outputs the request asked for, and records the request's statistics, all in one place. The
+//! keeps the outputs the request asked for (ranked into classes where it asks), and records the request's statistics, all in one place. The
 //! strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
 //! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
 //! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one.
@@ -17,7 +17,7 @@ pub use pool::{InstancePool, Reservation};
 
 use crate::backends::{Instance, Peers};
 use crate::error::Result;
-use crate::inference::{InferenceRequest, InferenceResponse, Signature};
+use crate::inference::{classification, InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::ModelConfig;
 use crate::observability::stats::{Stats, Timing};
 use crate::proto::inference::ModelStatistics;
@@ -92,7 +92,7 @@ impl Scheduler {
     }
 
     /// Checks, queues and executes one request; also returns its time in the queue.
-    async fn run(&self, request: InferenceRequest) -> (Result<InferenceResponse>, Duration) {
+    async fn run(&self, mut request: InferenceRequest) -> (Result<InferenceResponse>, Duration) {
         if let Err(e) = self.signature.check_request(&request) {
             return (Err(e), Duration::ZERO);
         }
@@ -102,6 +102,7 @@ impl Scheduler {
         };
         let id = request.id.clone();
         let requested = request.requested_outputs.clone();
+        let class_counts = std::mem::take(&mut request.class_counts);
         let batch_size = self.batch_size(&request);
         let (result, queue) = match &self.strategy {
             Strategy::Dynamic(batcher) => {
@@ -110,6 +111,17 @@ impl Scheduler {
             }
             Strategy::Direct => self.execute_alone(request, &requested, batch_size).await,
             Strategy::Ensemble(ensemble) => self.run_ensemble(ensemble, request, &requested, batch_size).await,
+        };
+        let result = match class_counts.is_empty() {
+            true => result,
+            false => result.and_then(|outputs| {
+                classification::classify(
+                    outputs,
+                    &class_counts,
+                    &self.signature.labels,
+                    self.signature.max_batch_size > 0,
+                )
+            }),
         };
         let response =
             result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });

@@ -168,14 +168,7 @@ mod tests {
     use async_trait::async_trait;
 
     fn request() -> InferenceRequest {
-        InferenceRequest {
-            model: "m".into(),
-            version: String::new(),
-            id: String::new(),
-            inputs: Vec::new(),
-            requested_outputs: Vec::new(),
-            parameters: Vec::new(),
-        }
+        InferenceRequest { model: "m".into(), ..InferenceRequest::default() }
     }
 
     struct Panicking;

@@ -52,6 +52,7 @@ pub fn request_from_wit(
         id: request.id,
         inputs: request.inputs.into_iter().map(|t| tensor_from_wit(state, t)).collect::<wasmtime::Result<_>>()?,
         requested_outputs: request.requested_outputs,
+        class_counts: Vec::new(),
         parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
     })
 }

@@ -26,11 +26,15 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
     let mut raw = raw.into_iter();
     let inputs =
         request.inputs.into_iter().map(|input| input_from_proto(input, raw.next())).collect::<Result<Vec<_>>>()?;
+    let mut class_counts = Vec::new();
     let requested_outputs = request
         .outputs
         .into_iter()
         .map(|output| {
             reject_unsupported(output.parameters.keys(), &output.name)?;
+            if let Some(count) = class_count(&output.parameters)? {
+                class_counts.push((output.name.clone(), count));
+            }
             Ok(output.name)
         })
         .collect::<Result<_>>()?;
@@ -40,8 +44,21 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
         id: request.id,
         inputs,
         requested_outputs,
+        class_counts,
         parameters: parameters_from_proto(request.parameters)?,
     })
+}
+
+/// An output's `classification` parameter (tritonclient's `class_count`), with Triton's messages.
+fn class_count(parameters: &HashMap<String, InferParameter>) -> Result<Option<usize>> {
+    let Some(parameter) = parameters.get("classification") else { return Ok(None) };
+    match parameter.parameter_choice {
+        Some(ParameterChoice::Int64Param(count)) if count > 0 => Ok(Some(count as usize)),
+        Some(ParameterChoice::Int64Param(_)) => {
+            Err(Error::invalid("invalid value for 'classification' parameter, expected >= 0"))
+        }
+        _ => Err(Error::invalid("invalid value type for 'classification' parameter, expected int64_param")),
+    }
 }
 
 fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {

@@ -124,9 +124,13 @@ fn decode_request(
     let binary_default = flag(&header.parameters, "binary_data_output")?.unwrap_or(false);
     let mut binary_outputs = Vec::with_capacity(header.outputs.len());
     let mut requested_outputs = Vec::with_capacity(header.outputs.len());
+    let mut class_counts = Vec::new();
     for output in header.outputs {
         reject_unsupported(output.parameters.keys(), &output.name)?;
         binary_outputs.push(flag(&output.parameters, "binary_data")?.unwrap_or(binary_default));
+        if let Some(count) = class_count(&output.parameters, &output.name)? {
+            class_counts.push((output.name.clone(), count));
+        }
         requested_outputs.push(output.name);
     }
     if requested_outputs.is_empty() {
@@ -138,6 +142,7 @@ fn decode_request(
         id: header.id.unwrap_or_default(),
         inputs,
         requested_outputs,
+        class_counts,
         parameters: parameters(header.parameters)?,
     };
     Ok((request, binary_outputs))
@@ -179,6 +184,20 @@ fn flag(parameters: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
         None => Ok(None),
         Some(Value::Bool(b)) => Ok(Some(*b)),
         Some(other) => Err(Error::invalid(format!("parameter '{key}' must be true or false, got {other}"))),
+    }
+}
+
+/// An output's `classification` parameter: how many top classes to answer with (0, as absent: none).
+fn class_count(parameters: &Map<String, Value>, output: &str) -> Result<Option<usize>> {
+    match parameters.get("classification") {
+        None => Ok(None),
+        Some(value) => match value.as_u64() {
+            Some(0) => Ok(None),
+            Some(count) => Ok(Some(usize::try_from(count).unwrap_or(usize::MAX))),
+            None => Err(Error::invalid(format!(
+                "Unable to set 'classification' of output '{output}': expected a non-negative integer, got {value}"
+            ))),
+        },
     }
 }
 
