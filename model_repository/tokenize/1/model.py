@@ -2,8 +2,8 @@
 BertNormalizer, BertPreTokenizer, WordPiece and [CLS]/[SEP] template) in pure Python, reading the
 vocabulary and limits from tokenizer.json in the version directory (mounted read-only at /model).
 
-TEXT is a list of sentences (BYTES, UTF-8); each output is [sentences, longest] INT64, padded with 0 on the
-right, ready for `minilm`."""
+TEXT holds one sentence per batch row (BYTES, UTF-8, [batch, 1]); each output is [batch, longest] INT64,
+padded with 0 on the right, ready for `minilm`."""
 
 import json
 import unicodedata
@@ -18,9 +18,9 @@ _CJK = [(0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73
 class TritonPythonModel:
     @staticmethod
     def auto_complete_config(config):
-        config.add_input({"name": "TEXT", "data_type": "TYPE_STRING", "dims": [-1]})
+        config.add_input({"name": "TEXT", "data_type": "TYPE_STRING", "dims": [1]})
         for name in ("input_ids", "attention_mask", "token_type_ids"):
-            config.add_output({"name": name, "data_type": "TYPE_INT64", "dims": [-1, -1]})
+            config.add_output({"name": name, "data_type": "TYPE_INT64", "dims": [-1]})
         return config
 
     def initialize(self, args):
