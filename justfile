@@ -19,3 +19,7 @@ bench *ARGS:
 # Dynamic batching on a compute-heavy ONNX model, and Tessera's serving overhead over bare ONNX Runtime.
 bench-batching *ARGS:
     scripts/dev bench-batching {{ARGS}}
+
+# Ensembles against Triton: the cost of a step, and the embed pipeline.
+bench-ensembles *ARGS:
+    scripts/dev bench-ensembles {{ARGS}}

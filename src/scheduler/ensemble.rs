@@ -33,13 +33,15 @@ struct Step {
 pub struct Ensemble {
     name: String,
     steps: Vec<Step>,
+    /// The tensors some step reads: a step's output in here is always asked for.
+    read_by_steps: BTreeSet<String>,
     peers: Peers,
 }
 
 impl Ensemble {
     /// The ensemble of a validated ensemble config; `peers` reach the composing models.
     pub fn from_config(config: &ModelConfig, peers: Peers) -> Self {
-        let steps = ensemble::scheduling(config)
+        let steps: Vec<Step> = ensemble::scheduling(config)
             .map(|ensembling| {
                 ensembling
                     .step
@@ -53,7 +55,8 @@ impl Ensemble {
                     .collect()
             })
             .unwrap_or_default();
-        Ensemble { name: config.name.clone(), steps, peers }
+        let read_by_steps = steps.iter().flat_map(|s| s.inputs.iter().map(|(_, t)| t.clone())).collect();
+        Ensemble { name: config.name.clone(), steps, read_by_steps, peers }
     }
 
     /// Runs the steps that `wanted` (ensemble output names) depend on, and returns those outputs.
@@ -129,12 +132,10 @@ impl Ensemble {
             .iter()
             .filter_map(|(input, tensor)| tensors.get(tensor).map(|t| Tensor { name: input.clone(), ..t.clone() }))
             .collect();
-        let read_later: BTreeSet<&str> =
-            self.steps.iter().flat_map(|s| s.inputs.iter().map(|(_, t)| t.as_str())).collect();
         let requested_outputs = step
             .outputs
             .iter()
-            .filter(|(_, tensor)| read_later.contains(tensor.as_str()) || wanted.contains(tensor))
+            .filter(|(_, tensor)| self.read_by_steps.contains(tensor) || wanted.contains(tensor))
             .map(|(output, _)| output.clone())
             .collect();
         InferenceRequest {
