@@ -170,10 +170,13 @@ ATTEMPT_TIMEOUT_S = 90
 WINDOW_REQUESTS = 20000
 
 
-def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None):
+def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None,
+                  window_requests=WINDOW_REQUESTS):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
-    (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size."""
+    (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size;
+    `window_requests`: the requests per window when a run is measured again in count windows (a slow model
+    needs fewer, to finish a window within the attempt's time)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
@@ -203,9 +206,9 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
                 output, unsettled = f"still running after {ATTEMPT_TIMEOUT_S} s", True
             if attempt == ATTEMPTS or not unsettled:
                 raise SystemExit(f"perf_analyzer failed against {server.name}:\n{output}")
-            windows = ["--measurement-mode", "count_windows", "--measurement-request-count", str(WINDOW_REQUESTS)]
-            print(f"  perf_analyzer found no stable measurement against {server.name} ({protocol}, c={concurrency}); "
-                  f"measuring again in windows of {WINDOW_REQUESTS} requests", file=sys.stderr)
+            windows = ["--measurement-mode", "count_windows", "--measurement-request-count", str(window_requests)]
+            print(f"  perf_analyzer found no stable measurement against {server.name} ({model}, {protocol}, "
+                  f"c={concurrency}); measuring again in windows of {window_requests} requests", file=sys.stderr)
         row = next(csv.DictReader(open(out.name)))
     return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
 
