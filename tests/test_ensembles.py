@@ -418,3 +418,29 @@ def test_requests_from_ensembles_and_clients_batch_together(tmp_path):
         assert stats["inference_count"] == 6 and stats["execution_count"] == 1, stats
     finally:
         assert server.stop() == 0, server.log()
+
+
+def test_an_optional_input_left_out_is_left_out_of_the_step(tmp_path):
+    repo = tmp_path / "repo"
+    identity = ('name: "two_in"\nbackend: "wasm"\nmax_batch_size: 0\n'
+                'input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] },'
+                ' { name: "INPUT1" data_type: TYPE_FP32 dims: [ -1 ] optional: true } ]\n'
+                'output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] },'
+                ' { name: "OUTPUT1" data_type: TYPE_FP32 dims: [ -1 ] } ]\n')
+    add_model(repo, "two_in", identity, plugin="identity")
+    config = ensemble_config("optional_through", [("A", "TYPE_FP32", [-1]), ("B", "TYPE_FP32", [-1])],
+                             [("X", "TYPE_FP32", [-1])], [("two_in", {"INPUT0": "A", "INPUT1": "B"}, {"OUTPUT0": "X"})])
+    add_model(repo, "optional_through", config.replace('name: "B" data_type: TYPE_FP32 dims: [ -1 ]',
+                                                       'name: "B" data_type: TYPE_FP32 dims: [ -1 ] optional: true'))
+    server = Server([repo], tmp_path).wait_live()
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        a = httpclient.InferInput("A", [3], "FP32")
+        a.set_data_from_numpy(np.array([1, 2, 3], dtype=np.float32))
+        assert client.infer("optional_through", [a]).as_numpy("X").tolist() == [1, 2, 3]
+        b = httpclient.InferInput("B", [1], "FP32")
+        b.set_data_from_numpy(np.array([9], dtype=np.float32))
+        assert client.infer("optional_through", [a, b]).as_numpy("X").tolist() == [1, 2, 3]
+        client.close()
+    finally:
+        assert server.stop() == 0, server.log()
