@@ -1,10 +1,16 @@
-//! Tensors in and out of ONNX Runtime. Fixed-size types are copied as raw little-endian bytes into a tensor
-//! ORT allocates and out of the one it answers with (FP16 and BF16 included); BYTES tensors become ONNX
-//! string tensors and back.
+//! Tensors in and out of ONNX Runtime. An input of a fixed-size type whose bytes are aligned for its element
+//! type is handed to ORT where it lies (the request's own buffer, or the previous ensemble step's output):
+//! ORT reads inputs and never writes them. Other inputs (misaligned ones, FP16, BF16) are copied as raw
+//! little-endian bytes into a tensor ORT allocates. Outputs are copied out of the tensor ORT answers with.
+//! BYTES tensors become ONNX string tensors and back.
 
 use bytes::Bytes;
-use ort::memory::Allocator;
-use ort::value::{DynTensor, DynTensorValueType, DynValue, Tensor as OrtTensor, TensorElementType, ValueType};
+use ort::memory::{AllocationDevice, Allocator, AllocatorType, MemoryInfo, MemoryType};
+use ort::session::SessionInputValue;
+use ort::value::{
+    DynTensor, DynTensorValueType, DynValue, PrimitiveTensorElementType, Shape, Tensor as OrtTensor, TensorElementType,
+    TensorRefMut, ValueType,
+};
 
 use crate::tensor::{bytes_elements, encode_bytes_elements, DataType, Tensor};
 
@@ -42,8 +48,52 @@ pub fn tensor_signature(value_type: &ValueType) -> Option<(TensorElementType, Ve
     }
 }
 
-/// Builds an ORT value from a checked tensor (its data size matches its shape).
-pub fn to_ort(tensor: &Tensor) -> Result<DynValue, String> {
+/// An ORT input for a checked tensor (its data size matches its shape): its own bytes where they are
+/// aligned for the element type, else a copy.
+pub fn to_ort_input(tensor: &Tensor) -> Result<SessionInputValue<'_>, String> {
+    let borrowed = match tensor.datatype {
+        DataType::Bool => borrow::<bool>(tensor),
+        DataType::Uint8 => borrow::<u8>(tensor),
+        DataType::Uint16 => borrow::<u16>(tensor),
+        DataType::Uint32 => borrow::<u32>(tensor),
+        DataType::Uint64 => borrow::<u64>(tensor),
+        DataType::Int8 => borrow::<i8>(tensor),
+        DataType::Int16 => borrow::<i16>(tensor),
+        DataType::Int32 => borrow::<i32>(tensor),
+        DataType::Int64 => borrow::<i64>(tensor),
+        DataType::Fp32 => borrow::<f32>(tensor),
+        DataType::Fp64 => borrow::<f64>(tensor),
+        DataType::Fp16 | DataType::Bf16 | DataType::Bytes => None,
+    };
+    match borrowed {
+        Some(value) => value,
+        None => to_ort(tensor).map(SessionInputValue::from),
+    }
+}
+
+/// `tensor`'s bytes as an ORT tensor of `T` without a copy, when they are aligned for `T` and not empty.
+fn borrow<T: PrimitiveTensorElementType + std::fmt::Debug>(
+    tensor: &Tensor,
+) -> Option<Result<SessionInputValue<'_>, String>> {
+    let data = tensor.data.as_ptr();
+    if tensor.data.is_empty() || !(data as usize).is_multiple_of(align_of::<T>()) {
+        return None;
+    }
+    let memory = match MemoryInfo::new(AllocationDevice::CPU, 0, AllocatorType::Device, MemoryType::Default) {
+        Ok(memory) => memory,
+        Err(e) => return Some(Err(e.to_string())),
+    };
+    // SAFETY: the bytes are CPU memory, aligned for `T` and as many as the shape says (the tensor was checked);
+    // the value borrows `tensor` for its lifetime, so they outlive it; ORT only reads an input, so handing it a
+    // pointer to shared, immutable bytes is sound although its signature asks for a mutable one.
+    let value = unsafe {
+        TensorRefMut::<T>::from_raw(memory, data.cast_mut().cast(), Shape::new(tensor.shape.iter().copied()))
+    };
+    Some(value.map(SessionInputValue::from).map_err(|e| e.to_string()))
+}
+
+/// Builds an ORT value from a checked tensor (its data size matches its shape), copying its bytes.
+fn to_ort(tensor: &Tensor) -> Result<DynValue, String> {
     let shape: Vec<i64> = tensor.shape.clone();
     if tensor.datatype == DataType::Bytes {
         let strings = bytes_elements(&tensor.data)?

@@ -9,6 +9,7 @@
 
 mod convert;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{mpsc, Arc, OnceLock};
@@ -333,15 +334,20 @@ fn serve(mut session: Session, shared: &Shared, queue: mpsc::Receiver<Job>) {
 
 fn run(session: &mut Session, shared: &Shared, request: &InferenceRequest) -> Result<Vec<Tensor>> {
     let fail = |e: String| Error::internal(format!("model '{}': {e}", shared.label));
-    let mut inputs = Vec::with_capacity(request.inputs.len());
-    for tensor in &request.inputs {
-        let value = match shared.reshape.get(&tensor.name) {
+    // Reshaped inputs: the same bytes under the model's shape.
+    let reshaped: Vec<Cow<Tensor>> = request
+        .inputs
+        .iter()
+        .map(|tensor| match shared.reshape.get(&tensor.name) {
             Some(model_dims) => {
-                convert::to_ort(&Tensor { shape: shared.model_shape(&tensor.shape, model_dims), ..tensor.clone() })
+                Cow::Owned(Tensor { shape: shared.model_shape(&tensor.shape, model_dims), ..tensor.clone() })
             }
-            None => convert::to_ort(tensor),
-        };
-        inputs.push((tensor.name.clone(), value.map_err(Error::invalid)?));
+            None => Cow::Borrowed(tensor),
+        })
+        .collect();
+    let mut inputs = Vec::with_capacity(reshaped.len());
+    for tensor in &reshaped {
+        inputs.push((tensor.name.as_str(), convert::to_ort_input(tensor).map_err(Error::invalid)?));
     }
     let output_names: Vec<String> = session.outputs().iter().map(|o| o.name().to_string()).collect();
     let mut outputs = session.run(inputs).map_err(|e| fail(e.to_string()))?;
