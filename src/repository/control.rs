@@ -58,11 +58,13 @@ fn composing(table: &ModelRepository, model: &str, version: i64) -> ensemble::Co
             None => "which has no loaded version.".into(),
         });
     };
-    let config = newest.config.clone();
-    if version >= 0 && !matches!(record.versions.get(&version), Some(VersionState::Ready(_))) {
-        return Err(format!("whose required version {version} is not loaded."));
+    if version < 0 {
+        return Ok(newest.config.clone());
     }
-    Ok(config)
+    match record.versions.get(&version) {
+        Some(VersionState::Ready(named)) => Ok(named.config.clone()),
+        _ => Err(format!("whose required version {version} is not loaded.")),
+    }
 }
 
 /// One line of the repository index.
