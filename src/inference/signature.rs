@@ -106,24 +106,20 @@ impl Signature {
 
     /// The outputs a request asks for (`requested`), or every output in config order when it names none.
     pub fn output_names(&self, requested: &[String]) -> Vec<String> {
-        if requested.is_empty() {
-            self.outputs.iter().map(|s| s.name.clone()).collect()
-        } else {
-            requested.to_vec()
-        }
+        self.wanted(requested).map(str::to_string).collect()
+    }
+
+    fn wanted<'a>(&'a self, requested: &'a [String]) -> impl Iterator<Item = &'a str> {
+        let all = requested.is_empty().then(|| self.outputs.iter().map(|s| s.name.as_str()));
+        all.into_iter().flatten().chain(requested.iter().map(String::as_str))
     }
 
     /// Checks what a backend answered and keeps the outputs the request asked for (`requested`), in the order asked (all
     /// outputs in config order if none were named). A backend that leaves out an output or gets its type or
     /// size wrong fails the request with an internal error that says so.
     pub fn select_outputs(&self, requested: &[String], mut produced: Vec<Tensor>) -> Result<Vec<Tensor>> {
-        let wanted: Vec<&str> = if requested.is_empty() {
-            self.outputs.iter().map(|s| s.name.as_str()).collect()
-        } else {
-            requested.iter().map(String::as_str).collect()
-        };
-        let mut selected = Vec::with_capacity(wanted.len());
-        for name in wanted {
+        let mut selected = Vec::with_capacity(if requested.is_empty() { self.outputs.len() } else { requested.len() });
+        for name in self.wanted(requested) {
             let spec = self.outputs.iter().find(|s| s.name == name).expect("requested outputs were checked");
             let index = produced
                 .iter()

@@ -149,15 +149,14 @@ impl Ensemble {
         }
     }
 
+    /// A step's error under the ensemble's name and the step's, of the same kind, except that a composing
+    /// model not found makes the ensemble not ready rather than itself not found.
     fn step_failed(&self, step: &Step, error: Error) -> Error {
-        let message = format!("in ensemble '{}', step '{}' failed: {error}", self.name, step.model);
-        match error {
-            Error::InvalidArgument(_) => Error::InvalidArgument(message),
-            Error::NotFound(_) | Error::NotReady(_) => Error::NotReady(message),
-            Error::Unavailable(_) => Error::Unavailable(message),
-            Error::Unimplemented(_) => Error::Unimplemented(message),
-            Error::Internal(_) => Error::Internal(message),
-        }
+        let error = match error {
+            Error::NotFound(message) => Error::NotReady(message),
+            other => other,
+        };
+        error.context(&format!("in ensemble '{}', step '{}' failed", self.name, step.model))
     }
 
     /// The error for an output no step produced, naming the step that should have and what it lacked

@@ -1,7 +1,7 @@
 //! Moves requests to backend instances. Every model version has one `Scheduler`, as in Triton's core: it
 //! checks each request against the version's signature, hands it to the version's scheduling strategy,
-//! keeps the outputs the request asked for (ranked into classes where it asks), and records the request's statistics, all in one place. The
-//! strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
+//! keeps the outputs the request asked for (ranked into classes where it asks), and records the request's
+//! statistics, all in one place. The strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
 //! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
 //! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one.
 
@@ -28,9 +28,9 @@ use ensemble::Ensemble;
 /// How a model version runs its requests.
 enum Strategy {
     /// One request per execution, in arrival order.
-    Direct,
-    /// Triton's dynamic batcher.
-    Dynamic(Batcher),
+    Direct(Arc<InstancePool>),
+    /// Triton's dynamic batcher, over the pool it executes batches on.
+    Dynamic(Batcher, Arc<InstancePool>),
     /// Steps over other models (`platform: "ensemble"`); no instances of its own.
     Ensemble(Ensemble),
 }
@@ -40,7 +40,6 @@ pub struct Scheduler {
     name: String,
     version: i64,
     signature: Signature,
-    pool: Option<Arc<InstancePool>>,
     strategy: Strategy,
     stats: Arc<Stats>,
 }
@@ -58,17 +57,17 @@ impl Scheduler {
     ) -> Self {
         let pool = Arc::new(InstancePool::new(&format!("{}:{version}", config.name), instances));
         let strategy = match batcher::Policy::from_config(config) {
-            Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone())),
-            None => Strategy::Direct,
+            Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone()), pool),
+            None => Strategy::Direct(pool),
         };
-        Scheduler { name: config.name.clone(), version, signature, pool: Some(pool), strategy, stats }
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats }
     }
 
     /// The scheduler of an ensemble (`config` is a validated ensemble config): its steps reach the composing
     /// models through `peers`.
     pub fn ensemble(config: &ModelConfig, version: i64, signature: Signature, peers: Peers, stats: Arc<Stats>) -> Self {
         let strategy = Strategy::Ensemble(Ensemble::from_config(config, peers));
-        Scheduler { name: config.name.clone(), version, signature, pool: None, strategy, stats }
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats }
     }
 
     /// Checks, schedules and executes one request; every request is counted once, success or failure.
@@ -86,7 +85,7 @@ impl Scheduler {
 
     /// Finishes in-flight requests and finalises every instance.
     pub async fn shutdown(&self) {
-        if let Some(pool) = &self.pool {
+        if let Strategy::Direct(pool) | Strategy::Dynamic(_, pool) = &self.strategy {
             pool.shutdown().await;
         }
     }
@@ -105,11 +104,11 @@ impl Scheduler {
         let class_counts = std::mem::take(&mut request.class_counts);
         let batch_size = self.batch_size(&request);
         let (result, queue) = match &self.strategy {
-            Strategy::Dynamic(batcher) => {
+            Strategy::Dynamic(batcher, _) => {
                 let answer = batcher.submit(request, batch_size, wishes).await;
                 (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
             }
-            Strategy::Direct => self.execute_alone(request, &requested, batch_size).await,
+            Strategy::Direct(pool) => self.execute_alone(pool, request, &requested, batch_size).await,
             Strategy::Ensemble(ensemble) => self.run_ensemble(ensemble, request, &requested, batch_size).await,
         };
         let result = match class_counts.is_empty() {
@@ -132,11 +131,11 @@ impl Scheduler {
     /// as its output stage.
     async fn execute_alone(
         &self,
+        pool: &InstancePool,
         request: InferenceRequest,
         requested: &[String],
         batch_size: u64,
     ) -> (Result<Vec<Tensor>>, Duration) {
-        let pool = self.pool.as_ref().expect("a direct strategy has a pool");
         let execution = pool.execute(request).await;
         let output_started = Instant::now();
         let result = execution.result.and_then(|produced| self.signature.select_outputs(requested, produced));
