@@ -23,7 +23,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     options.check().map_err(anyhow::Error::msg)?;
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
-    let componentize_py = options.backend_setting("python", "componentize-py").map(PathBuf::from);
+    let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
     let complete_configs = !options.disable_auto_complete_config;
     let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
@@ -32,7 +32,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     let peers = Peers::default();
     let plugin_peers = peers.clone();
     let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
-        let runtimes = Runtimes::new(cache_dir, plugin_peers, onnx_library, componentize_py, complete_configs)?;
+        let runtimes = Runtimes::new(cache_dir, plugin_peers, onnx_library, python_runtime, complete_configs)?;
         Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name })
     })
     .await??;

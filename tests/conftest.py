@@ -8,7 +8,6 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -22,8 +21,8 @@ MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
 # The default repository's models built from the example plugins, by kind (rust, javascript, c): what setup
 # builds, from the same list.
 EXAMPLE_MODELS = json.loads((ROOT / "plugins" / "models.json").read_text())
-# Where the venv's tools live: componentize-py builds Python models, as `scripts/dev serve` finds it.
-VENV_BIN = pathlib.Path(sys.executable).parent
+# The Python runtime setup builds, where the server finds it.
+PYTHON_RUNTIME = ROOT / ".cache" / "python"
 
 # Every KServe data type that tritonclient can send from numpy, with its config name.
 DTYPES = {
@@ -129,9 +128,8 @@ class Server:
             *self.flags,
         ]
         self.log_file = open(self.log_path, "w")
-        path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
         self.process = subprocess.Popen(
-            args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, "PATH": path, **(self.env or {})}
+            args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
         )
 
     @property
@@ -189,7 +187,7 @@ def built():
     test_plugins = [PLUGINS / f"{plugin}.wasm" for plugin in ("add_sub", "identity", "faulty", "sleep", "bls", "filetype")]
     example_models = [ROOT / "model_repository" / model / "1" / "model.wasm" for model in EXAMPLE_MODELS["rust"]]
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
-              ROOT / "model_repository/tokenize/1/tokenizer.json", VENV_BIN / "componentize-py", MINILM_TOKENIZER,
+              ROOT / "model_repository/tokenize/1/tokenizer.json", PYTHON_RUNTIME / "runtime.wasm", MINILM_TOKENIZER,
               ROOT / "model_repository/minilm/1/model.onnx",
               *(ROOT / "model_repository" / model / "1/model.onnx"
                 for model in ("simple_onnx", "simple_string", "simple_int8", "orientation")),
@@ -242,15 +240,15 @@ def repo(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def component_cache(tmp_path_factory):
-    """A compiled-component cache shared by the servers that load Python models, so each model.py is
-    built (seconds) once per test session rather than once per server."""
+    """A compiled-component cache shared by the servers that load Python models, so the Python runtime is
+    compiled (seconds) once per test session rather than once per server."""
     return tmp_path_factory.mktemp("components")
 
 
 @pytest.fixture(scope="session")
 def default_server(tmp_path_factory, component_cache):
     """The server on the default repository, exactly as `scripts/dev serve` runs it. Its first start
-    builds the Python models, hence the long wait."""
+    compiles the Python runtime, hence the long wait."""
     server = Server([ROOT / "model_repository"], tmp_path_factory.mktemp("default"), cache_dir=component_cache)
     server.wait_live(timeout=600)
     yield server

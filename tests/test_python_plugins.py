@@ -156,8 +156,7 @@ def test_auto_complete_config_from_python(python_server):
 def test_broken_python_models_fail_alone_with_their_reason(python_server):
     index = {e["name"]: e for e in requests.post(python_server.url("/v2/repository/index")).json()}
     assert index["broken"]["state"] == "UNAVAILABLE"
-    assert "componentize-py could not build the model" in index["broken"]["reason"]
-    assert "SyntaxError" in index["broken"]["reason"]
+    assert "SyntaxError" in index["broken"]["reason"] and "model.py, line 1" in index["broken"]["reason"]
     assert index["no_file"]["state"] == "UNAVAILABLE" and "model.py is missing" in index["no_file"]["reason"]
     assert index["caller"]["state"] == "READY" and index["simple"]["state"] == "READY"
 
@@ -167,16 +166,17 @@ def test_nothing_is_written_into_the_model_directory(python_server):
     assert sorted(p.name for p in caller.iterdir()) == ["model.py"]
 
 
-def test_without_componentize_py_python_models_fail_saying_so(tmp_path):
+def test_without_the_python_runtime_python_models_fail_saying_so(tmp_path):
     repo = tmp_path / "repo"
     add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
-    add_model(repo, "needs_tool", 'backend: "python"\n', files={"model.py": b"class TritonPythonModel:\n    pass\n"})
-    server = Server([repo], tmp_path, "--exit-on-error=false", "--strict-readiness=false", env={"PATH": "/usr/bin:/bin"})
+    add_model(repo, "needs_runtime", 'backend: "python"\n', files={"model.py": b"class TritonPythonModel:\n    pass\n"})
+    server = Server([repo], tmp_path, "--exit-on-error=false", "--strict-readiness=false",
+                    f"--backend-config=python,runtime-dir={tmp_path / 'nowhere'}")
     try:
         server.wait_live()
         index = {e["name"]: e for e in requests.post(server.url("/v2/repository/index")).json()}
-        assert index["needs_tool"]["state"] == "UNAVAILABLE"
-        assert "componentize-py, which was not found on PATH" in index["needs_tool"]["reason"]
+        assert index["needs_runtime"]["state"] == "UNAVAILABLE"
+        assert "lacks runtime.wasm or lib/python3.14" in index["needs_runtime"]["reason"]
         assert index["simple"]["state"] == "READY"
     finally:
         assert server.stop() == 0

@@ -65,8 +65,8 @@ pub struct LoadContext<'a> {
 pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
-    /// Builds Python models into Wasm components.
-    pub python: wasm::python::PythonBuilder,
+    /// Where Python models' runtime is.
+    pub python: wasm::python::PythonRuntime,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
     pub complete_configs: bool,
     /// The server's models, for code that calls them (plugins' BLS, ensembles' steps).
@@ -117,16 +117,16 @@ const ONNX_PLATFORM: &str = "onnxruntime_onnx";
 impl Runtimes {
     /// Creates every backend kind's runtime: the WebAssembly engines (compiled plugins cached in
     /// `cache_dir`; plugins reach other models through `peers`), ONNX Runtime (its library at
-    /// `onnx_library`, else found as `onnx::OnnxRuntime` says) and the Python model builder
-    /// (`componentize_py`, else found on PATH). `complete_configs`: auto-complete configs from the models.
+    /// `onnx_library`, else found as `onnx::OnnxRuntime` says) and the Python runtime (in `python_runtime`,
+    /// else found as `wasm::python::PythonRuntime` says). `complete_configs`: auto-complete configs from the models.
     pub fn new(
         cache_dir: Option<PathBuf>,
         peers: Peers,
         onnx_library: Option<PathBuf>,
-        componentize_py: Option<PathBuf>,
+        python_runtime: Option<PathBuf>,
         complete_configs: bool,
     ) -> anyhow::Result<Self> {
-        let python = wasm::python::PythonBuilder::new(componentize_py, cache_dir.as_deref());
+        let python = wasm::python::PythonRuntime::new(python_runtime);
         Ok(Runtimes {
             wasm: wasm::WasmRuntime::new(cache_dir, peers.clone()).context("cannot create the WebAssembly engine")?,
             onnx: onnx::OnnxRuntime::new(onnx_library),
@@ -153,13 +153,13 @@ impl Runtimes {
         match BackendKind::of(config) {
             Some(BackendKind::OnnxRuntime) => self.onnx.auto_complete(config, dir),
             Some(BackendKind::Wasm) => match wasm::plugin_path(config, dir) {
-                Some(plugin) => self.wasm.auto_complete(config, dir, &plugin),
+                Some(plugin) => self.wasm.auto_complete(config, dir, wasm::ComponentFile::Own(&plugin), Vec::new()),
                 // Without a plugin file there is nothing to ask; the load then fails saying it is missing.
                 None => Ok(()),
             },
             Some(BackendKind::Python) => {
-                let component = self.python.component(dir, config)?;
-                self.wasm.auto_complete(config, dir, &component)
+                let (component, mounts) = self.python.component(dir, config)?;
+                self.wasm.auto_complete(config, dir, wasm::ComponentFile::Shared(&component), mounts)
             }
             None => Ok(()),
         }
@@ -171,11 +171,11 @@ impl Runtimes {
         match BackendKind::of(ctx.config) {
             Some(BackendKind::Wasm) => {
                 let plugin = ctx.version_dir.join(wasm::plugin_file(ctx.config));
-                Ok(Arc::new(self.wasm.load(ctx, &plugin)?))
+                Ok(Arc::new(self.wasm.load(ctx, wasm::ComponentFile::Own(&plugin), Vec::new())?))
             }
             Some(BackendKind::Python) => {
-                let component = self.python.component(ctx.version_dir, ctx.config)?;
-                Ok(Arc::new(self.wasm.load(ctx, &component)?))
+                let (component, mounts) = self.python.component(ctx.version_dir, ctx.config)?;
+                Ok(Arc::new(self.wasm.load(ctx, wasm::ComponentFile::Shared(&component), mounts)?))
             }
             Some(BackendKind::OnnxRuntime) => Ok(Arc::new(self.onnx.load(ctx)?)),
             None => {

@@ -8,11 +8,18 @@
 //! serialised code, checked before wasmtime sees a byte; an entry that fails the check is compiled again
 //! and replaced. Entries are written to a temporary file, flushed and renamed into place, so a server
 //! killed mid-write leaves at most a temporary file, which the next server sweeps away.
+//!
+//! A component that many models run (the Python runtime, tens of megabytes of machine code) is also kept
+//! loaded, once per engine: each model that uses it then costs neither a read nor a deserialisation, and its
+//! code is in memory once.
 
+use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::SystemTime;
 
 use sha2::{Digest, Sha256};
 use wasmtime::component::Component;
@@ -28,13 +35,25 @@ const CHECKSUM_LEN: usize = 32;
 
 pub struct ComponentCache {
     dir: Option<PathBuf>,
+    /// Shared components kept loaded, by file and engine, with the file's size and modification time when it
+    /// was loaded (a rebuilt file is loaded again). The lock is held while one loads, so models that start
+    /// together compile it once.
+    kept: Mutex<HashMap<(PathBuf, u64), Kept>>,
 }
 
-/// Whether a component came from the cache or was compiled now; logged so restarts can be checked.
+/// A kept component and the size and modification time of its file when it was loaded.
+struct Kept {
+    size: u64,
+    modified: Option<SystemTime>,
+    component: Component,
+}
+
+/// Where a component came from; logged so restarts can be checked.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Origin {
     Cache,
     Compiled,
+    Kept,
 }
 
 impl ComponentCache {
@@ -43,7 +62,26 @@ impl ComponentCache {
         if let Some(dir) = &dir {
             leftovers::sweep(dir, TEMPORARY);
         }
-        ComponentCache { dir }
+        ComponentCache { dir, kept: Mutex::default() }
+    }
+
+    /// The shared component in the file at `path`, loaded once per engine and kept; `read` reads the file.
+    pub fn load_kept(
+        &self,
+        engine: &Engine,
+        path: &Path,
+        read: impl FnOnce() -> anyhow::Result<Vec<u8>>,
+    ) -> anyhow::Result<(Component, Origin)> {
+        let metadata = std::fs::metadata(path)?;
+        let (size, modified) = (metadata.len(), metadata.modified().ok());
+        let mut kept = self.kept.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = (path.to_path_buf(), engine_hash(engine));
+        if let Some(known) = kept.get(&key).filter(|known| (known.size, known.modified) == (size, modified)) {
+            return Ok((known.component.clone(), Origin::Kept));
+        }
+        let (component, origin) = self.load(engine, &read()?)?;
+        kept.insert(key, Kept { size, modified, component: component.clone() });
+        Ok((component, origin))
     }
 
     pub fn load(&self, engine: &Engine, wasm: &[u8]) -> anyhow::Result<(Component, Origin)> {
@@ -81,15 +119,20 @@ fn verified(entry: &[u8]) -> Option<&[u8]> {
 }
 
 fn cache_key(engine: &Engine, wasm: &[u8]) -> String {
-    // DefaultHasher::new() uses fixed keys, so this is stable for a given build of the server — which is all
-    // the key needs, since a rebuilt server may have a different engine anyway.
-    let mut engine_hasher = std::collections::hash_map::DefaultHasher::new();
-    engine.precompile_compatibility_hash().hash(&mut engine_hasher);
     let mut hasher = Sha256::new();
     hasher.update(wasm);
     hasher.update(env!("CARGO_PKG_VERSION").as_bytes());
-    hasher.update(engine_hasher.finish().to_le_bytes());
+    hasher.update(engine_hash(engine).to_le_bytes());
     hex::encode(&hasher.finalize()[..16])
+}
+
+/// A hash of the engine's compilation settings: engines that compile alike hash alike.
+fn engine_hash(engine: &Engine) -> u64 {
+    // DefaultHasher::new() uses fixed keys, so this is stable for a given build of the server — which is all
+    // it needs, since a rebuilt server may have a different engine anyway.
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    engine.precompile_compatibility_hash().hash(&mut hasher);
+    hasher.finish()
 }
 
 /// Writes the entry for `code` atomically (temporary file, flushed, then renamed), so a concurrent reader or

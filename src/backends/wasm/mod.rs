@@ -43,6 +43,7 @@ use self::cache::{ComponentCache, Origin};
 use self::epoch::EpochTicker;
 use self::instance::WasmModel;
 use self::limits::Limits;
+pub use self::sandbox::Mount;
 use self::sandbox::Plugin;
 use self::state::StoreState;
 use super::{LoadContext, Peers};
@@ -86,15 +87,21 @@ impl WasmRuntime {
         Ok(WasmRuntime { plain, metered, cache: ComponentCache::new(cache_dir), peers, ticker })
     }
 
-    /// Compiles (or loads from cache) and links the component at `component` (the version's plugin, or a
-    /// Python model's build), then checks it exports the world.
-    pub fn load(&self, ctx: &LoadContext<'_>, component: &Path) -> LoadResult<WasmModel> {
+    /// Compiles (or loads from cache) and links the component at `component` (the version's plugin, or the
+    /// Python runtime), then checks it exports the world. `mounts`: what the sandbox shows besides the model's
+    /// own directories.
+    pub fn load(
+        &self,
+        ctx: &LoadContext<'_>,
+        component: ComponentFile<'_>,
+        mounts: Vec<Mount>,
+    ) -> LoadResult<WasmModel> {
         let label = format!("{}:{}", ctx.model, ctx.version);
-        let mut plugin = self.link(&label, component, ctx.version_dir, ctx.config)?;
+        let mut plugin = self.link(&label, component, ctx.version_dir, ctx.config, mounts)?;
         plugin.base_args = vec![
             ("model_name".into(), ctx.model.to_string()),
             ("model_version".into(), ctx.version.to_string()),
-            ("model_repository".into(), ctx.repository.display().to_string()),
+            ("model_repository".into(), sandbox::model_directory(ctx.version_dir)?),
             ("model_config".into(), ctx.config_json.to_string()),
             ("model_instance_kind".into(), "CPU".into()),
             ("model_instance_device_id".into(), "0".into()),
@@ -105,33 +112,55 @@ impl WasmRuntime {
     /// Lets the plugin `component` (of the model in `version_dir`) complete its own configuration, as
     /// Triton's python backend calls `TritonPythonModel.auto_complete_config`: `auto-complete-config` runs
     /// on a fresh instance that is never initialised, with the config as Triton-style JSON, and its answer
-    /// replaces the config. Blocks: call it from a blocking thread of the runtime.
-    pub fn auto_complete(&self, config: &mut ModelConfig, version_dir: &Path, component: &Path) -> LoadResult<()> {
+    /// replaces the config. `mounts` as for `load`. Blocks: call it from a blocking thread of the runtime.
+    pub fn auto_complete(
+        &self,
+        config: &mut ModelConfig,
+        version_dir: &Path,
+        component: ComponentFile<'_>,
+        mounts: Vec<Mount>,
+    ) -> LoadResult<()> {
         let label = format!("{}:auto-complete", config.name);
-        let plugin = self.link(&label, component, version_dir, config)?;
+        let plugin = self.link(&label, component, version_dir, config, mounts)?;
         let json = model_config::to_json(config).to_string();
         let answer = tokio::runtime::Handle::current().block_on(plugin.auto_complete(&json))?;
         *config = model_config::parse_json(&answer, "the plugin's auto-complete-config answer")?;
         Ok(())
     }
 
-    /// The linked component at `path`, sandboxed in `version_dir`, with the limits its config sets.
-    fn link(&self, label: &str, path: &Path, version_dir: &Path, config: &ModelConfig) -> LoadResult<Plugin> {
-        let wasm = model_files::read_regular(path, model_files::PLUGIN_LIMIT)
-            .map_err(|e| format!("cannot load plugin {e}"))?;
+    /// The linked component at `path`, sandboxed in the model's directories and `mounts`, with the limits its
+    /// config sets.
+    fn link(
+        &self,
+        label: &str,
+        file: ComponentFile<'_>,
+        version_dir: &Path,
+        config: &ModelConfig,
+        mounts: Vec<Mount>,
+    ) -> LoadResult<Plugin> {
+        let path = file.path();
+        let mut all_mounts = Mount::model(version_dir)?;
+        all_mounts.extend(mounts);
+        let read = || {
+            model_files::read_regular(path, model_files::PLUGIN_LIMIT).map_err(|e| format!("cannot load plugin {e}"))
+        };
         let label: Arc<str> = label.into();
         let limits = Limits::from_config(config)?;
         let linked = if limits.fuel.is_some() { &self.metered } else { &self.plain };
         let started = Instant::now();
-        let (component, origin) = self
-            .cache
-            .load(&linked.engine, &wasm)
-            .map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
+        let loaded = match file {
+            ComponentFile::Own(_) => self.cache.load(&linked.engine, &read()?),
+            ComponentFile::Shared(_) => {
+                self.cache.load_kept(&linked.engine, path, || read().map_err(anyhow::Error::msg))
+            }
+        };
+        let (component, origin) = loaded.map_err(|e| format!("{} is not a valid component: {e:#}", path.display()))?;
         match origin {
             Origin::Cache => {
                 tracing::info!(model = &*label, "loaded compiled component from cache in {:?}", started.elapsed())
             }
             Origin::Compiled => tracing::info!(model = &*label, "compiled component in {:?}", started.elapsed()),
+            Origin::Kept => tracing::debug!(model = &*label, "component already loaded"),
         }
         let pre = linked
             .linker
@@ -145,9 +174,26 @@ impl WasmRuntime {
             limits,
             peers: self.peers.clone(),
             ticker: self.ticker.clone(),
-            version_dir: version_dir.to_path_buf(),
+            mounts: all_mounts,
             base_args: Vec::new(),
         })
+    }
+}
+
+/// The file of a component to load.
+#[derive(Clone, Copy)]
+pub enum ComponentFile<'a> {
+    /// A model's own plugin.
+    Own(&'a Path),
+    /// A component many models run (the Python runtime): loaded once and kept.
+    Shared(&'a Path),
+}
+
+impl ComponentFile<'_> {
+    fn path(&self) -> &Path {
+        match self {
+            ComponentFile::Own(path) | ComponentFile::Shared(path) => path,
+        }
     }
 }
 

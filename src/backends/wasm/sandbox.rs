@@ -1,10 +1,12 @@
 //! A plugin's sandbox: the linked component with the limits its config sets, and the store each of its
-//! instances gets — WASI preview 2 with nothing but the version directory, read-only, at `/model`; no
-//! network, no environment; guest output into the log; the memory cap; the execute deadline, checked at
+//! instances gets — WASI preview 2 with nothing but its mounts, read-only: the version directory at `/model`,
+//! the model's directory at its own absolute path (the `model_repository` of `initialize`, so the paths a
+//! Triton model builds from it resolve), and for Python models the standard library; no network, no
+//! environment; guest output into the log; the memory cap; the execute deadline, checked at
 //! every epoch tick; fuel where a budget is set. Creating and initialising an instance and the
 //! `auto-complete-config` call live here, since each of them runs plugin code in a fresh store.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,6 +23,34 @@ use super::GUEST_MODEL_DIR;
 use crate::backends::Peers;
 use crate::error::LoadResult;
 
+/// A host directory and where the plugin sees it (read-only).
+#[derive(Clone, Debug)]
+pub struct Mount {
+    pub host: PathBuf,
+    pub guest: String,
+}
+
+impl Mount {
+    /// The model's own directories: the version directory at `/model`, and the model's directory (its
+    /// parent) at its absolute path, which `model_directory` gives.
+    pub fn model(version_dir: &Path) -> LoadResult<Vec<Mount>> {
+        let model_dir = model_directory(version_dir)?;
+        Ok(vec![
+            Mount { host: version_dir.to_path_buf(), guest: GUEST_MODEL_DIR.into() },
+            Mount { guest: model_dir.clone(), host: model_dir.into() },
+        ])
+    }
+}
+
+/// The absolute path of the model's directory (the version directory's parent): where the sandbox shows it,
+/// and the `model_repository` that `initialize` is given.
+pub fn model_directory(version_dir: &Path) -> LoadResult<String> {
+    let parent = version_dir.parent().unwrap_or(version_dir);
+    let absolute = std::path::absolute(parent).map_err(|e| format!("cannot resolve {}: {e}", parent.display()))?;
+    let path = absolute.to_str().ok_or_else(|| format!("{} is not a UTF-8 path", absolute.display()))?;
+    Ok(path.to_string())
+}
+
 /// The linked component and what every instance of it is created with.
 pub struct Plugin {
     pub pre: BackendPre<StoreState>,
@@ -29,7 +59,8 @@ pub struct Plugin {
     pub peers: Peers,
     /// Every call into the plugin (instantiation included: it runs plugin code) holds `ticker.running()`.
     pub ticker: EpochTicker,
-    pub version_dir: PathBuf,
+    /// The host directories the plugin sees, read-only.
+    pub mounts: Vec<Mount>,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     pub base_args: Vec<(String, String)>,
 }
@@ -91,12 +122,14 @@ impl Plugin {
         wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
             .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
             // No sockets and no name lookups (wasmtime also refuses every address by default), no
-            // environment variables, no arguments: only the version directory, read-only.
+            // environment variables, no arguments: only the mounts, read-only.
             .allow_tcp(false)
             .allow_udp(false)
-            .allow_ip_name_lookup(false)
-            .preopened_dir(&self.version_dir, GUEST_MODEL_DIR, FsPerms::ReadOnly)
-            .map_err(|e| format!("cannot open {}: {e:#}", self.version_dir.display()))?;
+            .allow_ip_name_lookup(false);
+        for mount in &self.mounts {
+            wasi.preopened_dir(&mount.host, &mount.guest, FsPerms::ReadOnly)
+                .map_err(|e| format!("cannot open {}: {e:#}", mount.host.display()))?;
+        }
         Ok(StoreState {
             wasi: wasi.build(),
             table: ResourceTable::new(),

@@ -1,0 +1,283 @@
+"""Tensors of Tessera's Python runtime: `Tensor` over numpy arrays, lists or the bytes the server sent, and
+Triton's data type tables and conversions (`triton_string_to_numpy`, `numpy_to_triton_type`, BYTES
+serialisation). Part of the `triton_python_backend_utils` module (see `tessera`)."""
+
+import struct
+
+import numpy as np
+from wit_world.imports import types
+
+import tessera_config
+from tessera_errors import TritonError
+
+_DT = types.DataType
+# KServe name, Triton's data type number (TRITONSERVER_DataType), WIT data type, numpy dtype (None: none fits).
+_TYPES = [
+    ("BOOL", 1, _DT.BOOLEAN, np.bool_),
+    ("UINT8", 2, _DT.UINT8, np.uint8),
+    ("UINT16", 3, _DT.UINT16, np.uint16),
+    ("UINT32", 4, _DT.UINT32, np.uint32),
+    ("UINT64", 5, _DT.UINT64, np.uint64),
+    ("INT8", 6, _DT.INT8, np.int8),
+    ("INT16", 7, _DT.INT16, np.int16),
+    ("INT32", 8, _DT.INT32, np.int32),
+    ("INT64", 9, _DT.INT64, np.int64),
+    ("FP16", 10, _DT.FP16, np.float16),
+    ("FP32", 11, _DT.FP32, np.float32),
+    ("FP64", 12, _DT.FP64, np.float64),
+    ("BYTES", 13, _DT.BYTES, np.object_),
+    ("BF16", 14, _DT.BF16, None),
+]
+_BY_NAME = {name: (number, wit, dtype) for name, number, wit, dtype in _TYPES}
+_NAME_OF_WIT = {wit: name for name, _, wit, _ in _TYPES}
+_NAME_OF_NUMBER = {number: name for name, number, _, _ in _TYPES}
+
+# Tensors up to this size travel inline (a copy is cheaper than a call to the host); larger ones as handles.
+_INLINE_MAX = 16 * 1024
+
+TRITON_STRING_TO_NUMPY = {f"TYPE_{name}": dtype for name, _, _, dtype in _TYPES if dtype is not None}
+TRITON_STRING_TO_NUMPY["TYPE_BOOL"] = bool
+TRITON_STRING_TO_NUMPY["TYPE_STRING"] = TRITON_STRING_TO_NUMPY.pop("TYPE_BYTES")
+
+
+def triton_string_to_numpy(triton_type_string):
+    """The numpy type of a config data type ("TYPE_FP32" -> np.float32)."""
+    return TRITON_STRING_TO_NUMPY[triton_type_string]
+
+
+def triton_to_numpy_type(data_type):
+    """The numpy type of Triton's data type number (11 -> np.float32); None for an unknown number."""
+    name = _NAME_OF_NUMBER.get(data_type)
+    return _BY_NAME[name][2] if name else None
+
+
+def numpy_to_triton_type(data_type):
+    """Triton's data type number of a numpy type (np.float32 -> 11); None for a type Triton has no name for."""
+    name = _kserve_name(np.dtype(data_type))
+    return _BY_NAME[name][0] if name else None
+
+
+def serialize_byte_tensor(input_tensor):
+    """The elements of an object (or bytes_) array as BYTES wire data: each a 4-byte little-endian length, then
+    its bytes, in C order. `str` and other objects are encoded as UTF-8 text of `str(item)`. None for an
+    array of another type."""
+    if input_tensor.size == 0:
+        return b""
+    if input_tensor.dtype != np.object_ and input_tensor.dtype.type != np.bytes_:
+        return None
+    parts = []
+    for item in input_tensor.flat:
+        if not isinstance(item, bytes):
+            item = str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(item)))
+        parts.append(item)
+    return b"".join(parts)
+
+
+def deserialize_bytes_tensor(encoded_tensor):
+    """BYTES wire data as a 1-D object array of `bytes`."""
+    items, at, end = [], 0, len(encoded_tensor)
+    while at < end:
+        (length,) = struct.unpack_from("<I", encoded_tensor, at)
+        at += 4
+        if at + length > end:
+            raise TritonError(f"BYTES data is cut short: an element of {length} bytes at offset {at} of {end}")
+        items.append(bytes(encoded_tensor[at:at + length]))
+        at += length
+    array = np.empty(len(items), dtype=np.object_)
+    array[:] = items
+    return array
+
+
+class Tensor:
+    """A named tensor: `Tensor(name, ndarray)` as in Triton, or `Tensor(name, values, datatype=None, shape=None)`
+    with a (nested) list; `datatype` is a KServe name ("FP32") and defaults to the config's for an output
+    of that name."""
+
+    def __init__(self, name, values, datatype=None, shape=None):
+        self._name, self._handle, self._bytes, self._array = name, None, None, None
+        if isinstance(values, np.ndarray) and datatype is None:
+            datatype = _kserve_name(values.dtype)
+            if datatype is None:
+                raise TritonError(f"tensor {name}: numpy dtype {values.dtype} has no Triton data type", TritonError.INVALID_ARG)
+            self._datatype, self._shape, self._array = datatype, list(values.shape), values
+            return
+        if isinstance(values, np.ndarray):
+            values = values.tolist()
+        datatype = datatype or tessera_config.configured_type(name) or _guess_type(values)
+        if datatype not in _BY_NAME:
+            raise TritonError(f"unknown data type {datatype!r} for tensor {name}", TritonError.INVALID_ARG)
+        flat, nested_shape = _flatten(values)
+        self._datatype = datatype
+        self._shape = list(shape) if shape is not None else nested_shape
+        self._bytes = _pack(datatype, flat, name)
+
+    @classmethod
+    def from_dlpack(cls, name, capsule):
+        """A tensor over a DLPack capsule or an object with `__dlpack__` (CPU memory only)."""
+        source = capsule if hasattr(capsule, "__dlpack__") else _Capsule(capsule)
+        return cls(name, np.from_dlpack(source))
+
+    @classmethod
+    def _wrap(cls, wit_tensor):
+        tensor = cls.__new__(cls)
+        tensor._name, tensor._datatype = wit_tensor.name, _NAME_OF_WIT[wit_tensor.datatype]
+        tensor._shape, tensor._array = list(wit_tensor.shape), None
+        if isinstance(wit_tensor.data, types.TensorBytes_Inline):
+            tensor._bytes, tensor._handle = wit_tensor.data.value, None
+        else:
+            tensor._bytes, tensor._handle = None, wit_tensor.data.value
+        return tensor
+
+    def name(self):
+        return self._name
+
+    def triton_dtype(self):
+        """Triton's number for the data type (TYPE_FP32 is 11)."""
+        return _BY_NAME[self._datatype][0]
+
+    def datatype(self):
+        """The KServe name of the data type ("FP32")."""
+        return self._datatype
+
+    def shape(self):
+        return list(self._shape)
+
+    def is_cpu(self):
+        return True
+
+    def as_numpy(self):
+        """The elements as a numpy array of the tensor's shape: a read-only view of the received bytes (copy it to
+        write to it), or for BYTES an object array of `bytes`."""
+        if self._array is not None:
+            return self._array
+        dtype = _BY_NAME[self._datatype][2]
+        if dtype is None:
+            raise TritonError(f"{self._name}: numpy has no {self._datatype} type; read the raw bytes with as_bytes()",
+                              TritonError.UNSUPPORTED)
+        if dtype is np.object_:
+            self._array = deserialize_bytes_tensor(self.as_bytes()).reshape(self._shape)
+        else:
+            self._array = np.frombuffer(self.as_bytes(), dtype=dtype).reshape(self._shape)
+        return self._array
+
+    def to_dlpack(self):
+        return self.as_numpy().__dlpack__()
+
+    def __dlpack__(self, stream=None):
+        return self.as_numpy().__dlpack__()
+
+    def __dlpack_device__(self):
+        return self.as_numpy().__dlpack_device__()
+
+    def as_bytes(self):
+        """The raw little-endian bytes (BYTES: each element with its 4-byte length first)."""
+        if self._bytes is None:
+            if self._handle is not None:
+                self._bytes = self._handle.read()
+            else:
+                self._bytes = _array_bytes(self._array, self._datatype, self._name)
+        return self._bytes
+
+    def as_flat_list(self):
+        return _unpack(self._datatype, self.as_bytes(), self._name)
+
+    def as_list(self):
+        """The elements as nested lists, by the tensor's shape (BYTES elements as `bytes`)."""
+        return _nest(self.as_flat_list(), self._shape)
+
+    def renamed(self, name):
+        """The same tensor under another name; its data is not copied."""
+        tensor = Tensor.__new__(Tensor)
+        tensor.__dict__.update(self.__dict__)
+        tensor._name = name
+        return tensor
+
+    def _to_wit(self):
+        if self._handle is not None:
+            data = types.TensorBytes_Held(self._handle.share())
+        else:
+            raw = self.as_bytes()
+            data = types.TensorBytes_Inline(raw) if len(raw) <= _INLINE_MAX else types.TensorBytes_Held(types.TensorData(raw))
+        return types.Tensor(self._name, _BY_NAME[self._datatype][1], list(self._shape), data)
+
+
+class _Capsule:
+    """A bare DLPack capsule in the shape `np.from_dlpack` takes (an object with `__dlpack__`)."""
+
+    def __init__(self, capsule):
+        self._capsule = capsule
+
+    def __dlpack__(self, stream=None, **_ignored):
+        return self._capsule
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU, device 0
+
+
+def _kserve_name(dtype):
+    if dtype == np.object_ or dtype.type == np.bytes_:
+        return "BYTES"
+    return next((name for name, _, _, np_type in _TYPES if np_type is not None and np_type is not np.object_
+                 and dtype == np_type), None)
+
+
+def _array_bytes(array, datatype, name):
+    if datatype == "BYTES":
+        return serialize_byte_tensor(array)
+    # Little-endian and C-contiguous, as the wire wants; an array already so is not converted first.
+    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    return array.tobytes()
+
+
+def _guess_type(values):
+    flat, _ = _flatten(values)
+    if flat and all(isinstance(v, (bytes, str)) for v in flat):
+        return "BYTES"
+    if flat and all(isinstance(v, bool) for v in flat):
+        return "BOOL"
+    if all(isinstance(v, int) for v in flat):
+        return "INT64"
+    return "FP64"
+
+
+def _flatten(values):
+    """(flat elements, shape) of nested lists; bytes and str are elements."""
+    if not isinstance(values, (list, tuple)):
+        return [values], []
+    shape, level = [len(values)], values
+    while level and isinstance(level[0], (list, tuple)):
+        shape.append(len(level[0]))
+        level = level[0]
+    flat = list(values)
+    for _ in range(len(shape) - 1):
+        flat = [v for row in flat for v in row]
+    return flat, shape
+
+
+def _nest(flat, shape):
+    for size in reversed(shape[1:]):
+        flat = [flat[i:i + size] for i in range(0, len(flat), size)] if size else []
+    return flat
+
+
+def _pack(datatype, flat, name):
+    if datatype == "BYTES":
+        items = [v.encode() if isinstance(v, str) else bytes(v) for v in flat]
+        return b"".join(struct.pack("<I", len(item)) + item for item in items)
+    dtype = _BY_NAME[datatype][2]
+    if dtype is None:
+        raise TritonError(f"{name}: {datatype} tensors can only be passed on, not made from a list", TritonError.UNSUPPORTED)
+    try:
+        return np.array(flat, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
+    except (OverflowError, ValueError, TypeError) as e:
+        raise TritonError(f"{name}: cannot store these values as {datatype}: {e}", TritonError.INVALID_ARG) from None
+
+
+def _unpack(datatype, data, name):
+    if datatype == "BYTES":
+        return list(deserialize_bytes_tensor(data))
+    dtype = _BY_NAME[datatype][2]
+    if dtype is None:
+        raise TritonError(f"{name}: {datatype} tensors can only be read as bytes (as_bytes())", TritonError.UNSUPPORTED)
+    return np.frombuffer(data, dtype=np.dtype(dtype).newbyteorder("<")).tolist()
