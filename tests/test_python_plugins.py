@@ -1,9 +1,9 @@
-"""Python models (`backend: "python"`, `model.py` with a `TritonPythonModel`), built into Wasm components
-with componentize-py at load: the default repository's examples (`add_sub_python`, the `tokenize`
-pre-processor) against their references over HTTP and gRPC, and a test model that uses the rest of the
-`tessera` module (auto_complete_config, initialize args, BLS into a Wasm model with its error handled,
-per-request errors, exceptions). Broken models and a missing componentize-py fail that model only, with the
-reason in the repository index."""
+"""Python models (`backend: "python"`, `model.py` with a `TritonPythonModel`) on Tessera's Python runtime:
+the default repository's examples (`add_sub_python`, the `tokenize` pre-processor) against their references
+over HTTP and gRPC, and a test model that uses the rest of the `tessera` module under its own name
+(auto_complete_config, initialize args, BLS into a Wasm model with its error handled, per-request errors,
+exceptions, lists instead of numpy arrays). Broken models and a missing runtime fail that model only, with
+the reason in the repository index. tests/test_python_models.py has Triton's models as users write them."""
 
 
 import numpy as np

@@ -28,7 +28,7 @@ import numpy.strings
 import numpy.char  # noqa: F401
 import wit_world
 from componentize_py_types import Err, Ok
-from wit_world.imports import types
+from wit_world.imports import host, types
 
 import tessera
 import tessera_config
@@ -39,27 +39,23 @@ sys.modules["triton_python_backend_utils"] = tessera
 # The model directory is read-only; nothing is compiled into it.
 sys.dont_write_bytecode = True
 
-# Where the server mounts the version directory of the model (the newest one, for auto-complete).
-GUEST_VERSION_DIR = "/model"
-
-_model_module = None
 _instance = None
 
 
-def _import_model(version_dir, version, file_name):
+def _import_model(version_dir, file_name):
     """Imports the model's module as Triton's stub does: the version directory and the model directory on
-    sys.path, the module imported as `<version>.<name>` (so a model's relative imports work), the working
-    directory the version directory."""
-    global _model_module
-    module = file_name.removesuffix(".py")
-    model_dir = os.path.dirname(version_dir)
+    sys.path, the module imported as `<version>.<name>` (so a model's relative imports work). The working
+    directory is the version directory (Triton leaves the server's, which the sandbox does not show)."""
+    model_dir, package = os.path.split(version_dir)
+    # The import system's view of directories dates from the build: look again (the standard library, whose
+    # directory the build had, is now the server's mount of it).
+    importlib.invalidate_caches()
     for path in (version_dir, model_dir):
         if path not in sys.path:
             sys.path.append(path)
     os.chdir(version_dir)
     tessera_requests.set_model_dir(model_dir)
-    _model_module = importlib.import_module(f"{version}.{module}" if version else module)
-    return _model_module
+    return importlib.import_module(f"{package}.{file_name.removesuffix('.py')}")
 
 
 def _model_file(config):
@@ -80,7 +76,7 @@ class WitWorld(wit_world.WitWorld):
     def auto_complete_config(self, config_json):
         try:
             config = json.loads(config_json)
-            model = _import_model(GUEST_VERSION_DIR, "", _model_file(config))
+            model = _import_model(host.version_directory(), _model_file(config))
             complete = getattr(model.TritonPythonModel, "auto_complete_config", None)
             if complete is None:
                 return config_json
@@ -90,22 +86,20 @@ class WitWorld(wit_world.WitWorld):
                                           "return a valid pb.ModelConfig object.")
             return json.dumps(answer.as_dict())
         except Exception as e:
-            raise Err(_describe(e, GUEST_VERSION_DIR))
+            raise Err(_describe(e, tessera_requests.get_model_dir()))
 
     def initialize(self, args):
         global _instance
         args = dict(args)
-        model_dir = args.get("model_repository", "")
         try:
             config = json.loads(args.get("model_config", "{}"))
             tessera_config.set_served(config)
-            version = args.get("model_version", "")
-            model = _import_model(f"{model_dir}/{version}", version, _model_file(config))
+            model = _import_model(host.version_directory(), _model_file(config))
             _instance = model.TritonPythonModel()
             if hasattr(_instance, "initialize"):
                 _instance.initialize(args)
         except Exception as e:
-            raise Err(_describe(e, model_dir))
+            raise Err(_describe(e, tessera_requests.get_model_dir()))
 
     def execute(self, requests):
         model_dir = tessera_requests.get_model_dir()

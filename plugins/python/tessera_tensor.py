@@ -162,10 +162,13 @@ class Tensor:
         return self._array
 
     def to_dlpack(self):
-        return self.as_numpy().__dlpack__()
+        """A DLPack capsule over the tensor's memory (no copy). A read-only view (a request's input) is
+        exported as a versioned capsule, which says it is read-only; numpy reads either kind."""
+        array = self.as_numpy()
+        return array.__dlpack__() if array.flags.writeable else array.__dlpack__(max_version=(1, 0))
 
-    def __dlpack__(self, stream=None):
-        return self.as_numpy().__dlpack__()
+    def __dlpack__(self, stream=None, **kwargs):
+        return self.as_numpy().__dlpack__(stream=stream, **kwargs)
 
     def __dlpack_device__(self):
         return self.as_numpy().__dlpack_device__()

@@ -1,5 +1,6 @@
-//! `tessera:backend/host`, the imports every plugin gets: `log` into the server log, and BLS (`infer`,
-//! `model-ready`) to call the server's other models through their schedulers, as clients do.
+//! `tessera:backend/host`, the imports every plugin gets: `log` into the server log, BLS (`infer`,
+//! `model-ready`) to call the server's other models through their schedulers, as clients do, and
+//! `version-directory`, where the instance's model files are.
 
 use super::bindings::tessera::backend::{host, types};
 use super::convert;
@@ -56,5 +57,9 @@ impl host::Host for StoreState {
 
     async fn model_ready(&mut self, model: String, version: String) -> wasmtime::Result<bool> {
         Ok(self.caller().is_some_and(|caller| caller.is_ready(&model, &version)))
+    }
+
+    async fn version_directory(&mut self) -> wasmtime::Result<String> {
+        Ok(self.version_directory.to_string())
     }
 }

@@ -139,7 +139,10 @@ impl WasmRuntime {
         mounts: Vec<Mount>,
     ) -> LoadResult<Plugin> {
         let path = file.path();
-        let mut all_mounts = Mount::model(version_dir)?;
+        let model_dir = sandbox::model_directory(version_dir)?;
+        let version = version_dir.file_name().unwrap_or_default().to_string_lossy();
+        let version_directory = format!("{model_dir}/{version}").into();
+        let mut all_mounts = Mount::model(version_dir, &model_dir);
         all_mounts.extend(mounts);
         let read = || {
             model_files::read_regular(path, model_files::PLUGIN_LIMIT).map_err(|e| format!("cannot load plugin {e}"))
@@ -175,6 +178,7 @@ impl WasmRuntime {
             peers: self.peers.clone(),
             ticker: self.ticker.clone(),
             mounts: all_mounts,
+            version_directory,
             base_args: Vec::new(),
         })
     }

@@ -20,9 +20,10 @@ use crate::model_files;
 
 /// The component, inside the runtime directory.
 const COMPONENT: &str = "runtime.wasm";
-/// The standard library, inside the runtime directory and inside the sandbox.
+/// The standard library, inside the runtime directory and inside the sandbox (where componentize-py had it
+/// when it built the component, so the interpreter's import paths point there).
 const STDLIB: &str = "lib/python3.14";
-const GUEST_STDLIB: &str = "/python/lib/python3.14";
+const GUEST_STDLIB: &str = "/python";
 
 pub struct PythonRuntime {
     /// The runtime directory, when one was named or found.

@@ -31,14 +31,13 @@ pub struct Mount {
 }
 
 impl Mount {
-    /// The model's own directories: the version directory at `/model`, and the model's directory (its
-    /// parent) at its absolute path, which `model_directory` gives.
-    pub fn model(version_dir: &Path) -> LoadResult<Vec<Mount>> {
-        let model_dir = model_directory(version_dir)?;
-        Ok(vec![
+    /// The model's own directories: the version directory at `/model`, and the model's directory
+    /// (`model_dir`, from `model_directory`) at its absolute path.
+    pub fn model(version_dir: &Path, model_dir: &str) -> Vec<Mount> {
+        vec![
             Mount { host: version_dir.to_path_buf(), guest: GUEST_MODEL_DIR.into() },
-            Mount { guest: model_dir.clone(), host: model_dir.into() },
-        ])
+            Mount { host: model_dir.into(), guest: model_dir.into() },
+        ]
     }
 }
 
@@ -61,6 +60,8 @@ pub struct Plugin {
     pub ticker: EpochTicker,
     /// The host directories the plugin sees, read-only.
     pub mounts: Vec<Mount>,
+    /// The version directory as the plugin sees it (`<model directory>/<version>`).
+    pub version_directory: Arc<str>,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     pub base_args: Vec<(String, String)>,
 }
@@ -137,6 +138,7 @@ impl Plugin {
             memory: MemoryCap::new(self.limits),
             deadline: None,
             peers: self.peers.clone(),
+            version_directory: self.version_directory.clone(),
         })
     }
 }

@@ -21,6 +21,8 @@ pub struct StoreState {
     pub deadline: Option<Instant>,
     /// The server's other models, for BLS calls.
     pub peers: Peers,
+    /// The version directory as the sandbox shows it.
+    pub version_directory: Arc<str>,
 }
 
 impl WasiView for StoreState {
