@@ -23,3 +23,7 @@ bench-batching *ARGS:
 # Ensembles against Triton: the cost of a step, and the embed pipeline.
 bench-ensembles *ARGS:
     scripts/dev bench-ensembles {{ARGS}}
+
+# Python models against Triton's python backend: serving, first load of a new model.py, memory per instance.
+bench-python *ARGS:
+    scripts/dev bench-python {{ARGS}}

@@ -1,5 +1,5 @@
 """The plugin paths at concurrency 1, in one run: the same add/sub logic as a Rust Wasm plugin (`simple`),
-a Python plugin (`add_sub_python`, componentize-py), a JavaScript plugin (`add_sub_js`) and a C plugin
+a Python model (`add_sub_python`, numpy, on the Python runtime), a JavaScript plugin (`add_sub_js`) and a C plugin
 (`add_sub_c`), each when setup built it, and, as the baseline without a plugin, ONNX Runtime
 (`simple_onnx`), all in one Tessera server; and Triton's python backend on the same logic (`simple` with
 bench/triton_simple/model.py). Every model is measured with perf_analyzer over HTTP and gRPC, the servers
@@ -11,10 +11,8 @@ Run through `scripts/dev bench` (after bench/run.py, whose Triton install and re
 
 import argparse
 import os
-import pathlib
 import shutil
 import statistics
-import sys
 
 from harness import CACHE, ROOT, TESSERA, perf_analyzer, prepare_repositories, ratio, tessera_server, triton_server
 
@@ -43,10 +41,8 @@ def main():
     _, triton_repo = prepare_repositories()
     repo, served = plugin_repository()
     tessera = tessera_server(repo, TESSERA)
-    # componentize-py (for add_sub_python) is in the venv; TESSERA_LOG quiet as in run.py.
-    tessera.env = {**tessera.env, "PATH": f"{pathlib.Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     triton = triton_server(triton_repo)
-    print(f"  building/loading {', '.join(served)} (the first Python/JS load compiles; later ones are cached)", flush=True)
+    print(f"  building/loading {', '.join(served)} (the first load of the Python runtime or a JS plugin compiles; later ones are cached)", flush=True)
     tessera.start()
     triton.start()
     results = {}
@@ -69,7 +65,7 @@ def main():
     print()
     print("| protocol | model | path | infer/s | p50 µs | overhead vs ONNX µs | p50 / Triton python backend |")
     print("|---|---|---|---|---|---|---|")
-    paths = {"simple": "Rust Wasm plugin", "add_sub_python": "Python plugin (componentize-py)",
+    paths = {"simple": "Rust Wasm plugin", "add_sub_python": "Python model (numpy, Python runtime)",
              "add_sub_js": "JavaScript plugin (componentize-js)", "add_sub_c": "C plugin (clang, wasi-libc)", "simple_onnx": "ONNX Runtime (no plugin)",
              "triton": "Triton 2.51 python backend"}
     for protocol, runs in results.items():

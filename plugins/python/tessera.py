@@ -10,14 +10,14 @@ never copied.
 The parts live in `tessera_tensor` (tensors, data types), `tessera_requests` (requests, responses, BLS,
 logging), `tessera_config` (`ModelConfig`, config helpers) and `tessera_errors`; every public name is here."""
 
-from tessera_config import (  # noqa: F401 (the public names of the module)
+from tessera_config import (
     ModelConfig,
     get_input_config_by_name,
     get_output_config_by_name,
     using_decoupled_model_transaction_policy,
 )
-from tessera_errors import TritonError, TritonModelException  # noqa: F401
-from tessera_requests import (  # noqa: F401
+from tessera_errors import TritonError, TritonModelException
+from tessera_requests import (
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_END,
     TRITONSERVER_REQUEST_FLAG_SEQUENCE_START,
     TRITONSERVER_REQUEST_RELEASE_ALL,
@@ -31,7 +31,7 @@ from tessera_requests import (  # noqa: F401
     get_model_dir,
     get_output_tensor_by_name,
 )
-from tessera_tensor import (  # noqa: F401
+from tessera_tensor import (
     TRITON_STRING_TO_NUMPY,
     Tensor,
     deserialize_bytes_tensor,
@@ -40,3 +40,31 @@ from tessera_tensor import (  # noqa: F401
     triton_string_to_numpy,
     triton_to_numpy_type,
 )
+
+__all__ = [
+    "InferenceRequest",
+    "InferenceResponse",
+    "LogLevel",
+    "Logger",
+    "ModelConfig",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_END",
+    "TRITONSERVER_REQUEST_FLAG_SEQUENCE_START",
+    "TRITONSERVER_REQUEST_RELEASE_ALL",
+    "TRITONSERVER_REQUEST_RELEASE_RESCHEDULE",
+    "TRITONSERVER_RESPONSE_COMPLETE_FINAL",
+    "TRITON_STRING_TO_NUMPY",
+    "Tensor",
+    "TritonError",
+    "TritonModelException",
+    "deserialize_bytes_tensor",
+    "get_input_config_by_name",
+    "get_input_tensor_by_name",
+    "get_model_dir",
+    "get_output_config_by_name",
+    "get_output_tensor_by_name",
+    "numpy_to_triton_type",
+    "serialize_byte_tensor",
+    "triton_string_to_numpy",
+    "triton_to_numpy_type",
+    "using_decoupled_model_transaction_policy",
+]

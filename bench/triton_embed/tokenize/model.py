@@ -1,7 +1,6 @@
 """The `embed` pipeline's first step as a Triton user writes it for the python backend: Hugging Face
 `tokenizers` with all-MiniLM-L6-v2's tokenizer.json (beside this file), padded to the batch's longest."""
 
-import json
 import os
 
 import numpy as np
