@@ -94,6 +94,16 @@ class Server:
         return sum(rss_kib(pid) for pid in pids) / 1024
 
 
+    def pss_mib(self):
+        """Proportional memory of the server and every process below it: each page shared between mappings
+        or processes counted once in all (resident memory counts a page once per mapping, so a plugin
+        instance's copy-on-write memory image would count once per instance)."""
+        pids = [self.process.pid]
+        for pid in pids:
+            pids.extend(children(pid))
+        return sum(pss_kib(pid) for pid in pids) / 1024
+
+
 def children(pid):
     try:
         return [int(c) for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
@@ -105,6 +115,16 @@ def rss_kib(pid):
     try:
         for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
             if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pss_kib(pid):
+    try:
+        for line in pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1])
     except OSError:
         pass

@@ -7,9 +7,10 @@ on Tessera's Python runtime and on Triton 2.51's python backend (a stub process 
 - first load of a new model.py: in explicit mode, the wall time from the load request to the first answer
   of a model directory neither server has seen (Tessera's runtime is already compiled, as after setup;
   Triton's stub binary is in place);
-- memory per instance: the resident memory of the server and every process below it with the model at
-  `count: 1`, then at `count: K`, after every instance has answered; (K - 1) instances' worth is the
-  difference.
+- memory per instance: the proportional memory (PSS) of the server and every process below it with the
+  model at `count: 1`, then at `count: K`, after every instance has answered; (K - 1) instances' worth is
+  the difference. PSS rather than RSS: RSS counts a page once per mapping, and every Tessera instance maps
+  the same copy-on-write image of the runtime's memory; resident memory is printed as well.
 
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-python`.
 """
@@ -79,18 +80,18 @@ def first_load_s(server, repo, trial):
     return elapsed
 
 
-def resident_with(server, repo, count):
-    """The server's resident memory (MiB, with its children) once `count` instances of a model have answered."""
+def memory_with(server, repo, count):
+    """The server's (PSS, RSS) in MiB, with its children, once `count` instances of a model have answered."""
     add_model(repo, "memory", count=count)
     post(server, "/v2/repository/models/memory/load")
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
         for _ in range(5):
             list(pool.map(lambda _: answer(server, "memory"), range(count)))
     time.sleep(2)
-    resident = server.rss_mib()
+    memory = server.pss_mib(), server.rss_mib()
     post(server, "/v2/repository/models/memory/unload")
     time.sleep(2)
-    return resident
+    return memory
 
 
 def main():
@@ -115,7 +116,7 @@ def main():
             print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
         fresh = itertools.count()
         loads = interleaved(args.trials, lambda name: first_load_s(*servers[name], next(fresh)))
-        memory = {name: (resident_with(server, repo, 1), resident_with(server, repo, args.instances))
+        memory = {name: (memory_with(server, repo, 1), memory_with(server, repo, args.instances))
                   for name, (server, repo) in servers.items()}
         for protocol in ("http", "grpc"):
             for concurrency in (1, 4, 16):
@@ -142,11 +143,12 @@ def main():
     load = {name: statistics.median(values) for name, values in loads.items()}
     lines.append(f"| first load of a new model.py, load request to first answer (s, median of {args.trials}) | "
                  f"{load['tessera']:.2f} | {load['triton']:.2f} | {load['tessera'] / load['triton']:.2f} |")
-    per = {name: (k - one) / (args.instances - 1) for name, (one, k) in memory.items()}
-    lines.append(f"| resident memory per instance (MiB: count 1 → {args.instances}) | {per['tessera']:.1f} | "
-                 f"{per['triton']:.1f} | {per['tessera'] / per['triton']:.2f} |")
-    lines.append(f"| resident memory, whole server with one instance (MiB) | {memory['tessera'][0]:.0f} | "
-                 f"{memory['triton'][0]:.0f} | |")
+    for index, kind in ((0, "proportional (PSS)"), (1, "resident (RSS)")):
+        per = {name: (k[index] - one[index]) / (args.instances - 1) for name, (one, k) in memory.items()}
+        lines.append(f"| {kind} memory per instance (MiB, count 1 → {args.instances}) | {per['tessera']:.1f} | "
+                     f"{per['triton']:.1f} | {per['tessera'] / per['triton']:.2f} |")
+    lines.append(f"| proportional memory, whole server with one instance (MiB) | {memory['tessera'][0][0]:.0f} | "
+                 f"{memory['triton'][0][0]:.0f} | |")
     text = "\n".join(lines)
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"python-{stamp}.md").write_text(text + "\n")

@@ -46,10 +46,10 @@ if [[ ! -d debs/x ]]; then
   sid=(-o Dir::Etc="$WORK/apt/etc" -o Dir::Etc::SourceList="$WORK/apt/etc/sources.list"
        -o Dir::Etc::SourceParts="$WORK/apt/etc/sources.list.d" -o Dir::State::Lists="$WORK/apt/lists"
        -o Dir::Cache="$WORK/apt/cache" -o Dir::State::status="$WORK/apt/status"
-       -o APT::Architecture=amd64 -o Acquire::Languages=none)
+       -o APT::Architecture=amd64 -o Acquire::Languages=none -o APT::Sandbox::User=root)
   apt-get "${sid[@]}" update -qq
   (cd debs && apt-get "${sid[@]}" download libpython3.14-dev wasi-libc \
-     && apt-get download libc++-19-dev-wasm32 libc++abi-19-dev-wasm32) > /dev/null
+     && apt-get -o APT::Sandbox::User=root download libc++-19-dev-wasm32 libc++abi-19-dev-wasm32) > /dev/null
   mkdir -p debs/x.partial && for deb in debs/*.deb; do dpkg-deb -x "$deb" debs/x.partial; done
   mv debs/x.partial debs/x
 fi

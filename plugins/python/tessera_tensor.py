@@ -31,6 +31,7 @@ _TYPES = [
 _BY_NAME = {name: (number, wit, dtype) for name, number, wit, dtype in _TYPES}
 _NAME_OF_WIT = {wit: name for name, _, wit, _ in _TYPES}
 _NAME_OF_NUMBER = {number: name for name, number, _, _ in _TYPES}
+_NAME_OF_DTYPE = {np.dtype(dtype): name for name, _, _, dtype in _TYPES if dtype is not None and dtype is not np.object_}
 
 # Tensors up to this size travel inline (a copy is cheaper than a call to the host); larger ones as handles.
 _INLINE_MAX = 16 * 1024
@@ -96,14 +97,19 @@ class Tensor:
 
     def __init__(self, name, values, datatype=None, shape=None):
         self._name, self._handle, self._bytes, self._array = name, None, None, None
-        if isinstance(values, np.ndarray) and datatype is None:
-            datatype = _kserve_name(values.dtype)
+        numeric = datatype in _BY_NAME and _BY_NAME[datatype][2] not in (None, np.object_)
+        if isinstance(values, np.ndarray) and (datatype is None or numeric):
             if datatype is None:
-                raise TritonError(f"tensor {name}: numpy dtype {values.dtype} has no Triton data type", TritonError.INVALID_ARG)
-            self._datatype, self._shape, self._array = datatype, list(values.shape), values
+                datatype = _kserve_name(values.dtype)
+                if datatype is None:
+                    raise TritonError(f"tensor {name}: numpy dtype {values.dtype} has no Triton data type",
+                                      TritonError.INVALID_ARG)
+            array = values.astype(_BY_NAME[datatype][2], copy=False)
+            self._datatype, self._array = datatype, array if shape is None else array.reshape(shape)
+            self._shape = list(self._array.shape)
             return
         if isinstance(values, np.ndarray):
-            values = values.tolist()
+            values = values.tolist()  # BYTES or BF16 named by the caller: made as from a list
         datatype = datatype or tessera_config.configured_type(name) or _guess_type(values)
         if datatype not in _BY_NAME:
             raise TritonError(f"unknown data type {datatype!r} for tensor {name}", TritonError.INVALID_ARG)
@@ -221,8 +227,7 @@ class _Capsule:
 def _kserve_name(dtype):
     if dtype == np.object_ or dtype.type == np.bytes_:
         return "BYTES"
-    return next((name for name, _, _, np_type in _TYPES if np_type is not None and np_type is not np.object_
-                 and dtype == np_type), None)
+    return _NAME_OF_DTYPE.get(dtype.newbyteorder("=") if dtype.byteorder == ">" else dtype)
 
 
 def _array_bytes(array, datatype, name):
