@@ -12,6 +12,7 @@
 mod convert;
 mod health;
 mod repository;
+mod stream;
 
 use std::sync::Arc;
 
@@ -127,8 +128,11 @@ impl GrpcInferenceService for GrpcService {
     type ModelStreamInferStream =
         std::pin::Pin<Box<dyn tokio_stream::Stream<Item = Result<ModelStreamInferResponse, Status>> + Send>>;
 
-    async fn model_stream_infer(&self, _: Request<Streaming<ModelInferRequest>>) -> Rpc<Self::ModelStreamInferStream> {
-        Err(unimplemented("ModelStreamInfer"))
+    async fn model_stream_infer(
+        &self,
+        requests: Request<Streaming<ModelInferRequest>>,
+    ) -> Rpc<Self::ModelStreamInferStream> {
+        Ok(Response::new(Box::pin(stream::responses(self.service.clone(), requests.into_inner()))))
     }
 
     async fn model_statistics(&self, request: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {
