@@ -204,23 +204,23 @@ fn class_count(parameters: &Map<String, Value>, output: &str) -> Result<Option<u
 fn parameters(map: Map<String, Value>) -> Result<Vec<(String, Parameter)>> {
     map.into_iter()
         .filter(|(key, _)| key != "binary_data_output")
-        .map(|(key, value)| {
-            let parameter = match value {
-                Value::Bool(b) => Parameter::Bool(b),
-                Value::String(s) => Parameter::String(s),
-                Value::Number(n) => match n.as_i64() {
-                    Some(i) => Parameter::Int(i),
-                    None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
-                },
-                other => {
-                    return Err(Error::invalid(format!(
-                        "parameter '{key}' must be a bool, number or string, got {other}"
-                    )))
-                }
-            };
-            Ok((key, parameter))
-        })
+        .map(|(key, value)| Ok((key.clone(), parameter_from_json(&key, value)?)))
         .collect()
+}
+
+/// A request parameter from its JSON value: a bool, an integer, another number or a string.
+pub(super) fn parameter_from_json(key: &str, value: Value) -> Result<Parameter> {
+    Ok(match value {
+        Value::Bool(b) => Parameter::Bool(b),
+        Value::String(s) => Parameter::String(s),
+        Value::Number(n) => match n.as_i64() {
+            Some(i) => Parameter::Int(i),
+            None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        other => {
+            return Err(Error::invalid(format!("parameter '{key}' must be a bool, number or string, got {other}")))
+        }
+    })
 }
 
 #[derive(Serialize)]

@@ -2,6 +2,7 @@
 //! extension, compressed request bodies. Errors are `{"error": "..."}` with Triton's status codes.
 
 mod chunks;
+mod generate;
 mod infer;
 mod json_data;
 mod repository;
@@ -50,6 +51,10 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer_version))
+        .route("/v2/models/{model}/generate", post(generate::generate))
+        .route("/v2/models/{model}/versions/{version}/generate", post(generate::generate_version))
+        .route("/v2/models/{model}/generate_stream", post(generate::generate_stream))
+        .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate::generate_stream_version))
         .fallback(routes::not_found)
         .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time))
         .layer(DefaultBodyLimit::max(max_body))

@@ -1,0 +1,196 @@
+//! Triton's generate extension: `POST /v2/models/{m}[/versions/{v}]/generate` and `.../generate_stream`.
+//!
+//! The body is one JSON object. A top-level key that names a model input is that input: a value or a 1-D
+//! array, shaped as Triton shapes it from the input's metadata (fixed dimensions divide the element count,
+//! the innermost -1 takes what is left, any other -1 is 1). `id` is the request id; `parameters` is an
+//! object whose keys follow the same rule; any other key is a request parameter. The answer is one object:
+//! `model_name`, `model_version`, `id` when given, and each output by name (one element as a scalar, more as
+//! a flat array).
+//!
+//! `generate_stream` sends the same objects as Server-Sent Events, `data: {...}` per response (a model that
+//! is not decoupled sends one). A request refused before the model runs (malformed, unknown model, bad
+//! input) is answered as `generate` answers it, a JSON error with its status; an error from the model itself
+//! comes as a `data: {"error": ...}` event, as Triton sends it.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::decoded_body;
+use super::infer::parameter_from_json;
+use super::json_data::{self, JsonData};
+use crate::error::{Error, Result};
+use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::service::{Service, TensorMetadata};
+use crate::tensor::{DataType, Tensor};
+
+type Ctx = State<Arc<Service>>;
+
+pub async fn generate(ctx: Ctx, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(ctx, model, String::new(), headers, body, false).await
+}
+
+pub async fn generate_version(
+    ctx: Ctx,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, version, headers, body, false).await
+}
+
+pub async fn generate_stream(ctx: Ctx, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(ctx, model, String::new(), headers, body, true).await
+}
+
+pub async fn generate_stream_version(
+    ctx: Ctx,
+    Path((model, version)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, version, headers, body, true).await
+}
+
+async fn handle(
+    State(ctx): Ctx,
+    model: String,
+    version: String,
+    headers: HeaderMap,
+    body: Bytes,
+    stream: bool,
+) -> Response {
+    let request = match decoded_body(&headers, body, ctx.http_limits().max_input_size)
+        .and_then(|body| decode_request(&ctx, model, version, &body))
+    {
+        Ok(request) => request,
+        Err(e) => return e.into_response(),
+    };
+    let answer = ctx.infer(request).await.and_then(|response| encode_response(&response));
+    match (answer, stream) {
+        (Ok(object), false) => Json(object).into_response(),
+        (Ok(object), true) => event(&object),
+        // Only the model's own failures happen after inference began; the rest are the request's.
+        (Err(e @ Error::Internal(_)), true) => event(&serde_json::json!({ "error": e.to_string() })),
+        (Err(e), _) => e.into_response(),
+    }
+}
+
+/// One Server-Sent Event holding `object`.
+fn event(object: &Value) -> Response {
+    let body = format!("data: {object}\n\n");
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"))], body).into_response()
+}
+
+fn decode_request(ctx: &Service, model: String, version: String, body: &[u8]) -> Result<InferenceRequest> {
+    let object: Map<String, Value> =
+        serde_json::from_slice(body).map_err(|e| Error::invalid(format!("malformed generate request JSON: {e}")))?;
+    let metadata = ctx.model_metadata(&model, &version)?;
+    let mut request = InferenceRequest { model, version, ..Default::default() };
+    map_members(object, &metadata.inputs, &mut request, true)?;
+    Ok(request)
+}
+
+/// Maps the members of `object` (the body, or its `parameters` object) onto inputs and parameters.
+fn map_members(
+    object: Map<String, Value>,
+    inputs: &[TensorMetadata],
+    request: &mut InferenceRequest,
+    top_level: bool,
+) -> Result<()> {
+    for (key, value) in object {
+        if let Some(input) = inputs.iter().find(|input| input.name == key) {
+            request.inputs.push(input_tensor(input, &value)?);
+        } else if top_level && key == "id" {
+            request.id = value.as_str().map(str::to_string).ok_or_else(|| Error::invalid("'id' must be a string"))?;
+        } else if top_level && key == "parameters" {
+            let Value::Object(nested) = value else {
+                return Err(Error::invalid("Expected JSON object for keyword: 'parameters'"));
+            };
+            map_members(nested, inputs, request, false)?;
+        } else {
+            let parameter = parameter_from_json(&key, value)?;
+            request.parameters.push((key, parameter));
+        }
+    }
+    Ok(())
+}
+
+/// Input `input` from a JSON value or 1-D array, shaped as Triton shapes generate inputs.
+fn input_tensor(input: &TensorMetadata, value: &Value) -> Result<Tensor> {
+    let name = &input.name;
+    let datatype = DataType::from_kserve(input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{name}' has unsupported datatype {}", input.datatype)))?;
+    let count = match value {
+        Value::Array(items) if items.iter().any(Value::is_array) => {
+            return Err(Error::invalid(format!("input '{name}': a generate request takes a value or a 1-D array")))
+        }
+        Value::Array(items) => items.len(),
+        _ => 1,
+    };
+    let shape = generate_shape(name, &input.shape, count)?;
+    let data = json_data::decode(name, datatype, count, value)?;
+    Ok(Tensor { name: name.clone(), datatype, shape, data })
+}
+
+/// The shape of `count` elements for an input of metadata shape `dims`: each fixed dimension must divide
+/// what is left, the innermost -1 takes the rest, the other -1s are 1.
+fn generate_shape(name: &str, dims: &[i64], count: usize) -> Result<Vec<i64>> {
+    let cannot = || Error::invalid(format!("The schema can not convert input '{name}' to tensor with proper shape"));
+    let mut left = count as i64;
+    for &dim in dims.iter().filter(|&&d| d != -1) {
+        if dim <= 0 || left % dim != 0 {
+            return Err(cannot());
+        }
+        left /= dim;
+    }
+    let mut shape = dims.to_vec();
+    for dim in shape.iter_mut().rev().filter(|d| **d == -1) {
+        *dim = left;
+        left = 1;
+    }
+    if left != 1 {
+        return Err(cannot());
+    }
+    Ok(shape)
+}
+
+/// The generate answer: model, version, id when given, each output by name.
+fn encode_response(response: &InferenceResponse) -> Result<Value> {
+    let mut object = Map::new();
+    object.insert("model_name".into(), Value::from(response.model.as_str()));
+    object.insert("model_version".into(), Value::from(response.version.to_string()));
+    if !response.id.is_empty() {
+        object.insert("id".into(), Value::from(response.id.as_str()));
+    }
+    for tensor in &response.outputs {
+        let data = serde_json::to_value(JsonData(tensor)).map_err(|e| Error::invalid(e.to_string()))?;
+        let value = match data {
+            Value::Array(mut items) if items.len() == 1 => items.remove(0),
+            other => other,
+        };
+        object.insert(tensor.name.clone(), value);
+    }
+    Ok(Value::Object(object))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generate_inputs_take_triton_shapes() {
+        assert_eq!(generate_shape("x", &[-1, -1], 5).unwrap(), vec![1, 5]);
+        assert_eq!(generate_shape("x", &[-1, 4], 8).unwrap(), vec![2, 4]);
+        assert_eq!(generate_shape("x", &[1], 1).unwrap(), vec![1]);
+        assert_eq!(generate_shape("x", &[16], 16).unwrap(), vec![16]);
+        assert!(generate_shape("x", &[16], 15).is_err());
+        assert!(generate_shape("x", &[2, 2], 5).is_err());
+        assert!(generate_shape("x", &[0], 3).is_err());
+    }
+}
