@@ -18,6 +18,9 @@ CACHE="$(realpath -m "${2:?usage: python_runtime.sh COMPONENTIZE_PY CACHE OUT}")
 OUT="$(realpath -m "${3:?usage: python_runtime.sh COMPONENTIZE_PY CACHE OUT}")"
 version="$("$TOOL" --version | awk '{print $2}')"
 mkdir -p "$CACHE" "$OUT"
+# The crate's files are zstd-compressed.
+command -v zstd > /dev/null || apt-get install -y -qq --no-install-recommends zstd > /dev/null \
+  || { apt-get update -qq && apt-get install -y -qq --no-install-recommends zstd > /dev/null; }
 
 # The crate of this componentize-py: the libraries numpy links against and the standard library's files.
 crate="$CACHE/componentize-py-$version"
