@@ -136,6 +136,11 @@ class Server:
             args, stdout=self.log_file, stderr=subprocess.STDOUT, env={**os.environ, **(self.env or {})}
         )
 
+    def rss_kib(self):
+        """The process's resident memory (VmRSS), in KiB."""
+        status = pathlib.Path(f"/proc/{self.process.pid}/status").read_text()
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+
     @property
     def http_url(self):
         return f"127.0.0.1:{self.http_port}"

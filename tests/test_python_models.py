@@ -265,10 +265,6 @@ def test_an_execute_that_raises_fails_that_request_with_its_line(python_models, 
 def test_memory_of_a_model_that_keeps_raising_stays_at_its_baseline(python_models):
     server, _ = python_models
 
-    def rss_kib():
-        status = pathlib.Path(f"/proc/{server.process.pid}/status").read_text()
-        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
-
     def fail(count):
         for _ in range(count):
             with pytest.raises(InferenceServerException):
@@ -277,9 +273,9 @@ def test_memory_of_a_model_that_keeps_raising_stays_at_its_baseline(python_model
                 infer(httpclient, server, "failing", {"MODE": np.array([2], dtype=np.int32)})
 
     fail(50)  # warm: the instance's interpreter reaches its working size
-    baseline = rss_kib()
+    baseline = server.rss_kib()
     fail(300)
-    grown = rss_kib() - baseline
+    grown = server.rss_kib() - baseline
     assert grown < 4 * 1024, f"the server grew by {grown} KiB over 600 failed requests"
 
 

@@ -364,7 +364,7 @@ def test_special_files_fail_their_model_and_never_block_start_up(tmp_path):
         for name in ("fifo_plugin", "zero_plugin", "zero_config", "fifo_config"):
             assert models[name]["state"] == "UNAVAILABLE", models[name]
         assert "not a regular file" in models["zero_config"]["reason"], models["zero_config"]
-        rss_kb = int(next(line for line in pathlib.Path(f"/proc/{server.process.pid}/status").read_text().splitlines() if line.startswith("VmRSS:")).split()[1])
+        rss_kb = server.rss_kib()
         assert rss_kb < 300_000, rss_kb
         assert_serving(server)
     finally:

@@ -6,14 +6,12 @@ fails is answered with its error and the stream goes on; a client that sends wit
 server memory."""
 
 import asyncio
-import pathlib
 import queue
 import threading
 import time
 
 import grpc
 import numpy as np
-import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 from tritonclient.grpc import service_pb2, service_pb2_grpc
@@ -99,10 +97,6 @@ def test_a_client_that_sends_without_reading_holds_bounded_memory(server):
     """512 MiB of requests on a stream whose responses are never read: the server stops reading the stream
     (HTTP/2 flow control) instead of holding them all."""
 
-    def rss_mib():
-        status = pathlib.Path(f"/proc/{server.process.pid}/status").read_text()
-        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
-
     payload = np.zeros((1, 256 * 1024 // 4), dtype=np.float32).tobytes()  # 256 KiB
     sent = threading.Event()
     count = {"sent": 0}
@@ -116,13 +110,13 @@ def test_a_client_that_sends_without_reading_holds_bounded_memory(server):
                 raw_input_contents=[payload])
         sent.set()
 
-    before = rss_mib()
+    before = server.rss_kib() / 1024
     channel = grpc.insecure_channel(server.grpc_url)
     try:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         responses = stub.ModelStreamInfer(requests())  # never read
         time.sleep(5)
-        grown = rss_mib() - before
+        grown = server.rss_kib() / 1024 - before
         assert not sent.is_set(), "the server took all 512 MiB without the client reading a response"
         assert grown < 160, f"the server grew by {grown:.0f} MiB holding an unread stream ({count['sent']} requests sent)"
         responses.cancel()
