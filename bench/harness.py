@@ -88,20 +88,20 @@ class Server:
 
     def rss_mib(self):
         """Resident memory of the server and every process below it (Triton's python stubs)."""
-        pids = [self.process.pid]
-        for pid in pids:
-            pids.extend(children(pid))
-        return sum(rss_kib(pid) for pid in pids) / 1024
-
+        return self._memory_mib("status", "VmRSS:")
 
     def pss_mib(self):
         """Proportional memory of the server and every process below it: each page shared between mappings
         or processes counted once in all (resident memory counts a page once per mapping, so a plugin
         instance's copy-on-write memory image would count once per instance)."""
+        return self._memory_mib("smaps_rollup", "Pss:")
+
+    def _memory_mib(self, proc_file, key):
+        """The sum of `key` (KiB) in /proc/<pid>/`proc_file` over the server and every process below it."""
         pids = [self.process.pid]
         for pid in pids:
             pids.extend(children(pid))
-        return sum(pss_kib(pid) for pid in pids) / 1024
+        return sum(proc_kib(pid, proc_file, key) for pid in pids) / 1024
 
 
 def children(pid):
@@ -111,20 +111,11 @@ def children(pid):
         return []
 
 
-def rss_kib(pid):
+def proc_kib(pid, proc_file, key):
+    """The value (KiB) of the line starting with `key` in /proc/<pid>/<proc_file>; 0 if the process is gone."""
     try:
-        for line in pathlib.Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
-
-
-def pss_kib(pid):
-    try:
-        for line in pathlib.Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-            if line.startswith("Pss:"):
+        for line in pathlib.Path(f"/proc/{pid}/{proc_file}").read_text().splitlines():
+            if line.startswith(key):
                 return int(line.split()[1])
     except OSError:
         pass
