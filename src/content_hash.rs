@@ -1,5 +1,5 @@
 //! Content hashes of directory trees: every regular file's relative path, size and bytes, in path order. Used where
-//! "has this changed?" must not depend on modification times (repository polling, the Python build cache).
+//! "has this changed?" must not depend on modification times (repository polling).
 
 use std::io::Read;
 use std::path::Path;

@@ -111,6 +111,13 @@ impl BackendKind {
     }
 }
 
+/// The file `.cache/<relative>` that setup made in the checkout the server was built in: looked for under each
+/// ancestor of the executable (`target/release/tessera` sits inside the checkout).
+fn setup_cache_file(relative: &str) -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    exe.ancestors().map(|dir| dir.join(".cache").join(relative)).find(|candidate| candidate.is_file())
+}
+
 /// The platform name Triton gives ONNX Runtime models.
 const ONNX_PLATFORM: &str = "onnxruntime_onnx";
 

@@ -38,8 +38,9 @@ pub struct OnnxRuntime {
 impl OnnxRuntime {
     /// `configured`: the library path given with `--backend-config=onnxruntime,library=PATH`, if any.
     pub fn new(configured: Option<PathBuf>) -> Self {
-        let library =
-            configured.or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from)).or_else(project_cache_library);
+        let library = configured
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .or_else(|| super::setup_cache_file("onnxruntime/libonnxruntime.so"));
         OnnxRuntime { library, environment: OnceLock::new() }
     }
 
@@ -158,14 +159,6 @@ const MODEL_FILE: &str = "model.onnx";
 
 /// The `max_batch_size` auto-completion gives a model that can batch (Triton's default too).
 const DEFAULT_MAX_BATCH_SIZE: i32 = 4;
-
-/// `<ancestor of the executable>/.cache/onnxruntime/libonnxruntime.so`, where setup puts the library.
-fn project_cache_library() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors()
-        .map(|dir| dir.join(".cache").join("onnxruntime").join("libonnxruntime.so"))
-        .find(|candidate| candidate.is_file())
-}
 
 /// Session settings from the config: `parameters` `intra_op_thread_count` / `inter_op_thread_count` (as in
 /// Triton's ONNX Runtime backend) and `optimization { graph { level } }` (-1 off, 0/absent all, 1 basic,

@@ -33,7 +33,12 @@ pub struct PythonRuntime {
 impl PythonRuntime {
     /// `configured`: `--backend-config=python,runtime-dir=DIR`.
     pub fn new(configured: Option<PathBuf>) -> Self {
-        PythonRuntime { dir: configured.or_else(project_runtime) }
+        // Setup builds the runtime into .cache/python.
+        let built = || {
+            crate::backends::setup_cache_file(&format!("python/{COMPONENT}"))
+                .and_then(|c| c.parent().map(Path::to_path_buf))
+        };
+        PythonRuntime { dir: configured.or_else(built) }
     }
 
     /// The runtime component for the Python model in `version_dir`, and what its sandbox mounts besides the
@@ -70,12 +75,6 @@ impl PythonRuntime {
 }
 
 /// The model's file in a version directory: `default_model_filename`, else `model.py`.
-pub fn model_file(config: &ModelConfig) -> &str {
+fn model_file(config: &ModelConfig) -> &str {
     model_config::model_file_name(config, "model.py")
-}
-
-/// `<ancestor of the executable>/.cache/python`, where setup builds the runtime.
-fn project_runtime() -> Option<PathBuf> {
-    let exe = std::env::current_exe().ok()?;
-    exe.ancestors().map(|dir| dir.join(".cache").join("python")).find(|candidate| candidate.join(COMPONENT).is_file())
 }
