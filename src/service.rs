@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::inference::signature::TensorSpec;
-use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::inference::{InferenceRequest, InferenceResponse, ResponseStream};
 use crate::model_config::ModelConfig;
 use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{ModelControl, ModelRepository};
@@ -156,9 +156,17 @@ impl Service {
         Ok(ModelStatisticsResponse { model_stats })
     }
 
-    pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+    /// One request, for an endpoint that answers once (`endpoint`, e.g. "HTTP end point", names it when a
+    /// decoupled model is refused).
+    pub async fn infer_unary(&self, request: InferenceRequest, endpoint: &str) -> Result<InferenceResponse> {
         tracing::debug!(model = %request.model, version = %request.version, id = %request.id, "inference request");
-        self.repository.infer(request).await
+        self.repository.infer_unary(request, endpoint).await
+    }
+
+    /// The responses to one request, for endpoints that stream (gRPC streams, `generate`).
+    pub fn infer_stream(&self, request: InferenceRequest) -> Result<ResponseStream> {
+        tracing::debug!(model = %request.model, version = %request.version, id = %request.id, "streamed inference request");
+        self.repository.infer_stream(request)
     }
 
     /// The repository index: every model with its versions' states, or only the ready ones.

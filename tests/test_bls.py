@@ -17,6 +17,7 @@ from conftest import ROOT, Server, add_model, add_sub_inputs, tensor_config
 
 SIMPLE = (ROOT / "model_repository/simple/config.pbtxt").read_text()
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
+CONTRACT_1_0_BLS = ROOT / "tests/fixtures/contract-1.0.0/bls.wasm"
 
 
 @pytest.fixture(scope="module")
@@ -26,6 +27,9 @@ def server(tmp_path_factory):
     add_model(repo, "simple", SIMPLE, plugin="add_sub")
     shutil.copytree(ROOT / "model_repository/simple_onnx", repo / "simple_onnx")
     add_model(repo, "pipeline", SIMPLE.replace('name: "simple"', 'name: "pipeline"'), plugin="bls")
+    # The same plugin as built against contract 1.0.0, before `streaming` (1.1.0): it must keep working.
+    add_model(repo, "pipeline_1_0", SIMPLE.replace('name: "simple"', 'name: "pipeline_1_0"'),
+              files={"model.wasm": CONTRACT_1_0_BLS.read_bytes()})
     mode_io = tensor_config("input", "MODE", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1])
     add_model(repo, "faulty", 'backend: "wasm"\n' + mode_io, plugin="faulty")
     add_model(repo, "caller", 'backend: "wasm"\n' + mode_io, plugin="bls")
@@ -36,16 +40,23 @@ def server(tmp_path_factory):
     assert s.stop() == 0
 
 
-def pipeline(server, chain, protocol, a=A):
+def pipeline(server, chain, protocol, a=A, model="pipeline"):
     module, url = (httpclient, server.http_url) if protocol == "http" else (grpcclient, server.grpc_url)
     client = module.InferenceServerClient(url)
     inputs = add_sub_inputs(module, a)
     inputs[1].set_data_from_numpy(np.ones_like(a))
     try:
-        result = client.infer("pipeline", inputs, parameters={"chain": chain})
+        result = client.infer(model, inputs, parameters={"chain": chain})
         return result.as_numpy("OUTPUT0"), result.as_numpy("OUTPUT1")
     finally:
         client.close()
+
+
+def test_a_plugin_built_against_contract_1_0_0_still_loads_and_calls_other_models(server):
+    assert b"tessera:backend/host@1.0.0" in CONTRACT_1_0_BLS.read_bytes()
+    total, difference = pipeline(server, "simple_onnx,simple", "grpc", model="pipeline_1_0")
+    np.testing.assert_array_equal(total, 2 * A)
+    np.testing.assert_array_equal(difference, 2 * np.ones_like(A))
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])

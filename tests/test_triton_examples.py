@@ -36,6 +36,7 @@ SERVED = [
     ("grpc_explicit_byte_content_client.py", "grpc", []),
     ("simple_http_string_infer_client.py", "http", []),
     ("simple_grpc_string_infer_client.py", "grpc", []),
+    ("simple_grpc_custom_repeat.py", "grpc", []),
 ]
 
 

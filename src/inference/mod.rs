@@ -3,9 +3,11 @@
 //! tensors share their bytes with the buffer they were decoded from.
 
 pub(crate) mod classification;
+pub(crate) mod responder;
 pub(crate) mod signature;
 
 pub use classification::Labels;
+pub use responder::{Partial, Responder, SendError};
 pub use signature::Signature;
 
 use std::time::Duration;
@@ -48,6 +50,8 @@ pub struct InferenceRequest {
     /// Requested outputs to answer with their top classes, and how many (the classification extension).
     pub class_counts: Vec<(String, usize)>,
     pub parameters: Vec<(String, Parameter)>,
+    /// Where a decoupled model sends this request's responses; set by the scheduler, `None` for other models.
+    pub responder: Option<Responder>,
 }
 
 /// What a request asks of the scheduler through its parameters: Triton's `priority` (0 means the model's
@@ -90,4 +94,19 @@ pub struct InferenceResponse {
     pub version: i64,
     pub id: String,
     pub outputs: Vec<Tensor>,
+}
+
+/// One message of a request's response stream: a response (`None`: only the final flag, for a decoupled
+/// model that ends a request without one), or why the request failed, and whether it is the last.
+#[derive(Debug)]
+pub struct Streamed {
+    pub response: Result<Option<InferenceResponse>>,
+    pub last: bool,
+}
+
+/// The responses to one request, as `Service::infer_stream` gives them: one for a model that is not
+/// decoupled, any number for one that is. `decoupled` says which.
+pub struct ResponseStream {
+    pub decoupled: bool,
+    pub messages: futures_util::stream::BoxStream<'static, Streamed>,
 }

@@ -90,6 +90,12 @@ pub fn model_file_name<'c>(config: &'c ModelConfig, default: &'c str) -> &'c str
     }
 }
 
+/// Whether the model is decoupled (`model_transaction_policy { decoupled: true }`): it answers a request
+/// with any number of responses, over a stream.
+pub fn is_decoupled(config: &ModelConfig) -> bool {
+    config.model_transaction_policy.as_ref().is_some_and(|policy| policy.decoupled)
+}
+
 /// The config file of the model in `model_dir`: `configs/<config_name>.pbtxt` if named and present (as
 /// Triton's `--model-config-name`), else `config.pbtxt`.
 pub fn config_path(model_dir: &Path, config_name: Option<&str>) -> std::path::PathBuf {

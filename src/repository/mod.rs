@@ -24,7 +24,10 @@ pub use record::{ModelRecord, VersionState};
 
 use crate::backends::ModelCaller;
 use crate::error::{Error, Result};
-use crate::inference::{InferenceRequest, InferenceResponse};
+use futures_util::StreamExt;
+
+use crate::inference::{InferenceRequest, InferenceResponse, Responder, ResponseStream, Streamed};
+use crate::scheduler;
 
 #[derive(Default)]
 pub struct ModelRepository {
@@ -82,6 +85,38 @@ impl ModelRepository {
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
         let model = self.lease(&request.model, &request.version)?;
         model.scheduler().infer(request).await
+    }
+
+    /// Like `infer`, for a client on an endpoint that takes one response (`endpoint` names it in the refusal):
+    /// a decoupled model is refused as Triton refuses it.
+    pub async fn infer_unary(&self, request: InferenceRequest, endpoint: &str) -> Result<InferenceResponse> {
+        let model = self.lease(&request.model, &request.version)?;
+        if model.scheduler().is_decoupled() {
+            return Err(Error::Unimplemented(format!(
+                "{endpoint} doesn't support models with decoupled transaction policy"
+            )));
+        }
+        model.scheduler().infer(request).await
+    }
+
+    /// Hands one request to its version's scheduler and gives its response stream: the one response of a
+    /// model that is not decoupled, or each response a decoupled one sends. The stream holds a lease on the
+    /// version until it ends or is dropped; a decoupled request runs on a task of its own, so a stream
+    /// dropped early (the client went away) does not interrupt the model, whose later sends then fail.
+    pub fn infer_stream(&self, request: InferenceRequest) -> Result<ResponseStream> {
+        let model = self.lease(&request.model, &request.version)?;
+        if !model.scheduler().is_decoupled() {
+            let answer = async move {
+                let response = model.scheduler().infer(request).await;
+                Streamed { response: response.map(Some), last: true }
+            };
+            return Ok(ResponseStream { decoupled: false, messages: futures_util::stream::once(answer).boxed() });
+        }
+        let (responder, receiver) = Responder::channel();
+        let (id, requested) = (request.id.clone(), request.requested_outputs.clone());
+        let running = model.clone();
+        tokio::spawn(async move { running.scheduler().execute_decoupled(request, responder).await });
+        Ok(ResponseStream { decoupled: true, messages: scheduler::responses(model, receiver, id, requested) })
     }
 
     /// Puts `record` in the table; returns the record it replaced.

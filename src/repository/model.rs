@@ -153,6 +153,18 @@ impl Lease {
     }
 }
 
+impl Clone for Lease {
+    fn clone(&self) -> Self {
+        Lease::new(&self.0)
+    }
+}
+
+impl AsRef<Scheduler> for Lease {
+    fn as_ref(&self) -> &Scheduler {
+        self.0.scheduler()
+    }
+}
+
 impl std::ops::Deref for Lease {
     type Target = ModelVersion;
 

@@ -146,6 +146,7 @@ impl Ensemble {
             requested_outputs,
             class_counts: Vec::new(),
             parameters: request.parameters.clone(),
+            responder: None,
         }
     }
 

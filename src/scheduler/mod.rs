@@ -3,9 +3,11 @@
 //! keeps the outputs the request asked for (ranked into classes where it asks), and records the request's
 //! statistics, all in one place. The strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
 //! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
-//! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one.
+//! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one. Decoupled
+//! models, whose requests have many responses, run each request alone (`decoupled`).
 
 pub mod batcher;
+mod decoupled;
 mod ensemble;
 mod pool;
 pub mod queue;
@@ -13,12 +15,13 @@ pub mod queue;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use decoupled::responses;
 pub use pool::{InstancePool, Reservation};
 
 use crate::backends::{Instance, Peers};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::inference::{classification, InferenceRequest, InferenceResponse, Signature};
-use crate::model_config::ModelConfig;
+use crate::model_config::{self, ModelConfig};
 use crate::observability::stats::{Stats, Timing};
 use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
@@ -42,6 +45,8 @@ pub struct Scheduler {
     signature: Signature,
     strategy: Strategy,
     stats: Arc<Stats>,
+    /// Whether the model answers through responders (`decoupled`) rather than with one response.
+    decoupled: bool,
 }
 
 impl Scheduler {
@@ -56,22 +61,30 @@ impl Scheduler {
         stats: Arc<Stats>,
     ) -> Self {
         let pool = Arc::new(InstancePool::new(&format!("{}:{version}", config.name), instances));
-        let strategy = match batcher::Policy::from_config(config) {
+        let decoupled = model_config::is_decoupled(config);
+        let strategy = match batcher::Policy::from_config(config).filter(|_| !decoupled) {
             Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone()), pool),
             None => Strategy::Direct(pool),
         };
-        Scheduler { name: config.name.clone(), version, signature, strategy, stats }
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled }
     }
 
     /// The scheduler of an ensemble (`config` is a validated ensemble config): its steps reach the composing
     /// models through `peers`.
     pub fn ensemble(config: &ModelConfig, version: i64, signature: Signature, peers: Peers, stats: Arc<Stats>) -> Self {
         let strategy = Strategy::Ensemble(Ensemble::from_config(config, peers));
-        Scheduler { name: config.name.clone(), version, signature, strategy, stats }
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled: false }
     }
 
-    /// Checks, schedules and executes one request; every request is counted once, success or failure.
+    /// Checks, schedules and executes one request; every request is counted once, success or failure. A
+    /// decoupled model's requests go through `execute_decoupled` instead.
     pub async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse> {
+        if self.decoupled {
+            return Err(Error::Unimplemented(format!(
+                "model '{}' is decoupled: its responses can only be received on a stream",
+                self.name
+            )));
+        }
         let arrived = Instant::now();
         self.stats.started();
         let (result, queue) = self.run(request).await;

@@ -1,7 +1,8 @@
 //! The Rust SDK for Tessera model plugins. A plugin is a type that implements [`Model`]: `initialize`
 //! builds it once per instance from the facts Triton would pass, `execute` answers one request at a time
 //! (or a whole batch, if it overrides `execute_batch`), and [`export!`] turns it into the component that
-//! `wit/backend.wit` describes. Tensors are read and made as typed slices ([`Tensor::values`],
+//! `wit/backend.wit` describes. A decoupled model (many responses per request) implements
+//! [`DecoupledModel`] and is exported with [`export_decoupled!`]. Tensors are read and made as typed slices ([`Tensor::values`],
 //! [`Tensor::new`], [`Tensor::strings`] for BYTES); a large tensor the plugin only passes on (to its
 //! response or to another model with [`infer`]) stays in the host and is never copied.
 //!
@@ -25,6 +26,7 @@
 //! tessera_plugin::export!(Double);
 //! ```
 
+mod decoupled;
 mod model;
 mod request;
 mod tensor;
@@ -47,6 +49,7 @@ pub use bindings::tessera::backend::host::{log, model_ready};
 pub use bindings::tessera::backend::types::{
     DataType, LogLevel, ParameterValue, Request, Response, Tensor, TensorBytes, TensorData,
 };
+pub use decoupled::{declare_decoupled, DecoupledModel, Sender};
 pub use model::{Args, Model};
 pub use request::infer;
 pub use tensor::{Element, INLINE_MAX};
@@ -56,23 +59,46 @@ pub use tensor::{Element, INLINE_MAX};
 #[macro_export]
 macro_rules! export {
     ($model:ty) => {
+        $crate::__export_served!($model, $crate::Model, $crate::runtime::Plain<$model>, $crate::runtime::Plain);
+    };
+}
+
+/// Exports a [`DecoupledModel`] type as the plugin's component: `tessera_plugin::export_decoupled!(MyModel);`.
+#[macro_export]
+macro_rules! export_decoupled {
+    ($model:ty) => {
+        $crate::__export_served!(
+            $model,
+            $crate::DecoupledModel,
+            $crate::runtime::Decoupled<$model>,
+            $crate::runtime::Decoupled
+        );
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __export_served {
+    ($model:ty, $kind:path, $served:ty, $wrap:path) => {
         struct __TesseraPlugin;
 
         impl $crate::bindings::Guest for __TesseraPlugin {
             fn auto_complete_config(config_json: String) -> Result<String, String> {
-                <$model as $crate::Model>::auto_complete_config(config_json)
+                <$model as $kind>::auto_complete_config(config_json)
             }
 
             fn initialize(args: Vec<(String, String)>) -> Result<(), String> {
-                $crate::runtime::initialize::<$model>(args)
+                $crate::runtime::initialize::<$served>(
+                    <$model as $kind>::initialize(&$crate::Args::new(args)).map($wrap),
+                )
             }
 
             fn execute(requests: Vec<$crate::Request>) -> Vec<Result<$crate::Response, String>> {
-                $crate::runtime::execute::<$model>(requests)
+                $crate::runtime::execute::<$served>(requests)
             }
 
             fn finalize() {
-                $crate::runtime::finalize::<$model>()
+                $crate::runtime::finalize::<$served>()
             }
         }
 

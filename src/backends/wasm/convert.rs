@@ -54,6 +54,7 @@ pub fn request_from_wit(
         requested_outputs: request.requested_outputs,
         class_counts: Vec::new(),
         parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
+        responder: None,
     })
 }
 

@@ -2,8 +2,13 @@
 //! initialised instance of the plugin in it; `execute` hands a batch of requests across the boundary in one
 //! call and takes the answers back. A trap fails only the requests of that call: the store is thrown away,
 //! and the next call re-creates and initialises a fresh instance.
+//!
+//! A decoupled model's requests carry responders: the store holds them during the call, for the plugin's
+//! `streaming.sender`, and a request still open when the call returns is ended with an error at its
+//! execute deadline unless the plugin completes it before.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use async_trait::async_trait;
 use wasmtime::Store;
@@ -14,7 +19,7 @@ use super::state::StoreState;
 use super::{convert, limits};
 use crate::backends::{Backend, Instance};
 use crate::error::{Error, LoadResult, Result};
-use crate::inference::InferenceRequest;
+use crate::inference::{InferenceRequest, Responder};
 use crate::tensor::Tensor;
 
 /// A loaded model version; instances share its `Plugin`.
@@ -52,16 +57,18 @@ impl WasmInstance {
 
 #[async_trait]
 impl Instance for WasmInstance {
-    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
+    async fn execute(&mut self, mut requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
         let _running = self.model.ticker.running();
         let label = self.model.label.clone();
         let limits = self.model.limits;
+        let decoupled = self.model.decoupled;
         let count = requests.len();
         let fail_all = |e: Error| (0..count).map(|_| Err(e.clone())).collect();
         let (store, bindings) = match self.live().await {
             Ok(live) => live,
             Err(e) => return fail_all(e),
         };
+        let responders: Vec<Option<Responder>> = requests.iter_mut().map(|r| r.responder.take()).collect();
         let wit_requests = match requests
             .into_iter()
             .map(|r| convert::request_to_wit(store.data_mut(), r))
@@ -74,7 +81,9 @@ impl Instance for WasmInstance {
                 )))
             }
         };
-        store.data_mut().deadline = limits::deadline(&limits);
+        let deadline = limits::deadline(&limits);
+        store.data_mut().deadline = deadline;
+        store.data_mut().responders = responders;
         refuel(store, &limits);
         // The store's epoch deadline is the tick after the last one it saw, usually long past by the next
         // call; left so, each call that follows a tick would yield at its first instruction, a trip
@@ -83,7 +92,13 @@ impl Instance for WasmInstance {
         store.set_epoch_deadline(1);
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
+        let responders = std::mem::take(&mut store.data_mut().responders);
+        if decoupled && outcome.is_ok() {
+            end_open_requests_at(deadline, responders, &label, &limits);
+        }
         match outcome {
+            // A decoupled model may answer everything through its senders and return nothing.
+            Ok(results) if results.is_empty() && decoupled => (0..count).map(|_| Ok(Vec::new())).collect(),
             Ok(results) if results.len() == count => {
                 results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect()
             }
@@ -107,6 +122,28 @@ impl Instance for WasmInstance {
                 tracing::warn!(model = &*self.model.label, "finalize trapped: {e:#}");
             }
         }
+    }
+}
+
+/// Ends each request still open at `deadline` with an error, unless the plugin completes it before (from a
+/// later call, with a sender it kept). Without a deadline (no execute timeout) requests stay open until
+/// their senders are gone.
+fn end_open_requests_at(
+    deadline: Option<Instant>,
+    responders: Vec<Option<Responder>>,
+    label: &Arc<str>,
+    limits: &limits::Limits,
+) {
+    let Some(deadline) = deadline else { return };
+    for responder in responders.into_iter().flatten().filter(|r| !r.is_complete()) {
+        let message = format!(
+            "model '{label}': the plugin did not send the final response within its execute timeout of {}",
+            limits.describe_timeout()
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep_until(deadline.into()).await;
+            responder.fail(Error::internal(message)).await;
+        });
     }
 }
 

@@ -4,7 +4,8 @@
 //! - `sandbox`: the linked component and the store every instance gets (WASI, limits, deadlines);
 //! - `state`: what a store holds; `stdio`: guest output into the log;
 //! - `host`: the `tessera:backend/host` imports (log, BLS); `tensor_data`: the `types.tensor-data`
-//!   resource; `convert`: requests and tensors across the boundary;
+//!   resource; `streaming`: response senders for decoupled models; `convert`: requests and tensors across
+//!   the boundary;
 //! - `limits`, `epoch`, `cache`: memory caps and deadlines, the epoch ticker, compiled-code cache;
 //! - `python`: Python models (`model.py`), built into components that run here like any plugin.
 //!
@@ -29,6 +30,7 @@ pub mod python;
 mod sandbox;
 mod state;
 mod stdio;
+mod streaming;
 mod tensor_data;
 
 use std::path::{Path, PathBuf};
@@ -59,7 +61,10 @@ mod bindings {
         // async ones. Everything else (BLS calls wait for other models) is async.
         imports: { "tessera:backend/types": trappable, default: async | trappable },
         exports: { default: async },
-        with: { "tessera:backend/types.tensor-data": super::tensor_data::HeldData },
+        with: {
+            "tessera:backend/types.tensor-data": super::tensor_data::HeldData,
+            "tessera:backend/streaming.response-sender": super::streaming::SenderHandle,
+        },
     });
 }
 
@@ -165,6 +170,15 @@ impl WasmRuntime {
             Origin::Compiled => tracing::info!(model = &*label, "compiled component in {:?}", started.elapsed()),
             Origin::Kept => tracing::debug!(model = &*label, "component already loaded"),
         }
+        let decoupled = model_config::is_decoupled(config);
+        if decoupled && !imports_streaming(&component, &linked.engine) {
+            return Err(format!(
+                "model is decoupled (model_transaction_policy {{ decoupled: true }}) but {} does not import \
+                 tessera:backend/streaming, so it cannot send responses",
+                path.display()
+            )
+            .into());
+        }
         let pre = linked
             .linker
             .instantiate_pre(&component)
@@ -180,6 +194,7 @@ impl WasmRuntime {
             mounts: all_mounts,
             version_directory,
             base_args: Vec::new(),
+            decoupled,
         })
     }
 }
@@ -215,6 +230,12 @@ impl Linked {
         Bindings::add_to_linker::<StoreState, HasSelf<StoreState>>(&mut linker, |state| state)?;
         Ok(Linked { engine, linker })
     }
+}
+
+/// Whether `component` imports the streaming interface (any 1.x version), without which it cannot serve a
+/// decoupled model.
+fn imports_streaming(component: &wasmtime::component::Component, engine: &Engine) -> bool {
+    component.component_type().imports(engine).any(|(name, _)| name.starts_with("tessera:backend/streaming@1."))
 }
 
 /// The plugin of the model in `version_dir`, if its file is there.

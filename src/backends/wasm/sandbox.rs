@@ -64,6 +64,8 @@ pub struct Plugin {
     pub version_directory: Arc<str>,
     /// `initialize` arguments shared by every instance (the instance name is added per instance).
     pub base_args: Vec<(String, String)>,
+    /// Whether the model is decoupled: its requests are answered through response senders.
+    pub decoupled: bool,
 }
 
 impl Plugin {
@@ -139,6 +141,7 @@ impl Plugin {
             deadline: None,
             peers: self.peers.clone(),
             version_directory: self.version_directory.clone(),
+            responders: Vec::new(),
         })
     }
 }

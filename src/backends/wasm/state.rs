@@ -1,5 +1,6 @@
 //! What each plugin instance's store holds: its WASI context (the sandbox), its resource table (tensor
-//! handles, WASI streams), its memory cap and execute deadline, and the way to the server's other models.
+//! handles, WASI streams, response senders), its memory cap and execute deadline, the responders of the
+//! requests of the call under way, and the way to the server's other models.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -9,6 +10,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::limits::MemoryCap;
 use crate::backends::{ModelCaller, Peers};
+use crate::inference::Responder;
 
 pub struct StoreState {
     pub wasi: WasiCtx,
@@ -23,6 +25,9 @@ pub struct StoreState {
     pub peers: Peers,
     /// The version directory as the sandbox shows it.
     pub version_directory: Arc<str>,
+    /// During an `execute` call, where each of its requests' responses go (`None`: the model is not
+    /// decoupled); empty outside calls.
+    pub responders: Vec<Option<Responder>>,
 }
 
 impl WasiView for StoreState {

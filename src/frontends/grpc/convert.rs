@@ -46,6 +46,7 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
         requested_outputs,
         class_counts,
         parameters: parameters_from_proto(request.parameters)?,
+        responder: None,
     })
 }
 

@@ -121,7 +121,7 @@ impl GrpcInferenceService for GrpcService {
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
         let request = convert::request_from_proto(request.into_inner())?;
-        let response = self.service.infer(request).await?;
+        let response = self.service.infer_unary(request, "ModelInfer RPC").await?;
         Ok(Response::new(convert::response_to_proto(response)))
     }
 

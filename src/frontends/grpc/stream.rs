@@ -1,20 +1,28 @@
 //! gRPC `ModelStreamInfer`: a bidirectional stream on which a client sends requests, for any models, and
-//! reads one response per request, carrying the request's `id`. As in Triton, a request that fails (a bad
-//! request, an unknown model, an error in the model) is answered on the stream with `error_message` and its
-//! `id`, model name and version, and the stream stays open; every response carries the
-//! `triton_final_response` parameter (true: a model that is not decoupled answers each request once).
+//! reads their responses, each carrying its request's `id`. A model that is not decoupled answers each
+//! request once; a decoupled one answers with any number of responses, then a final flag. As in Triton,
+//! every response carries the `triton_final_response` parameter (true on a request's last one); a decoupled
+//! model's final flag without a response is sent as an empty response only when the request sets
+//! `triton_enable_empty_final_response`; a request that fails (a bad request, an unknown model, an error in
+//! the model) is answered on the stream with `error_message` and its `id`, model name and version, and the
+//! stream stays open.
 //!
-//! A stream's requests run at once, up to `IN_FLIGHT`, and their responses leave in the order the requests
-//! came, as Triton's are for models that are not decoupled. Past `IN_FLIGHT` the stream's next request is
-//! not read until the oldest is answered and its response taken by the client, so a client that sends
-//! without reading holds a bounded amount of server memory (HTTP/2 flow control stops it sending).
+//! A stream's requests run at once, up to `IN_FLIGHT`. Responses of models that are not decoupled leave in
+//! the order their requests came, as Triton's do; a decoupled model's responses leave as they are sent,
+//! interleaved with the others'. Past `IN_FLIGHT` the stream's next request is not read until an earlier
+//! one is answered and its responses taken by the client; a decoupled model whose client does not read waits
+//! in its sends (see `inference::responder`). So a client that sends without reading holds a bounded
+//! amount of server memory (HTTP/2 flow control stops it sending).
 
 use std::sync::Arc;
 
+use futures_util::stream::{self, BoxStream};
 use futures_util::{future, Stream, StreamExt};
 use tonic::{Status, Streaming};
 
 use super::convert;
+use crate::error::Error;
+use crate::inference::Streamed;
 use crate::proto::inference::{
     infer_parameter, InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
@@ -22,6 +30,9 @@ use crate::service::Service;
 
 /// Requests of one stream answered at once, at most.
 const IN_FLIGHT: usize = 64;
+
+/// The request parameter that asks for a decoupled model's final flag even when it comes without a response.
+const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
 
 /// The response stream of the request stream `requests`. A transport error on the request stream (the client
 /// went away, a malformed message) ends it.
@@ -34,29 +45,59 @@ pub fn responses(
         .filter_map(|request| future::ready(request.ok()))
         .map(move |request| answer(service.clone(), request))
         .buffered(IN_FLIGHT)
+        .flatten_unordered(IN_FLIGHT)
         .map(Ok)
 }
 
-/// The stream message answering one request.
-async fn answer(service: Arc<Service>, request: ModelInferRequest) -> ModelStreamInferResponse {
-    let (id, model_name, model_version) =
-        (request.id.clone(), request.model_name.clone(), request.model_version.clone());
-    let outcome = match convert::request_from_proto(request) {
-        Ok(request) => service.infer(request).await.map(convert::response_to_proto),
-        Err(e) => Err(e),
+/// The stream messages answering one request. For a model that is not decoupled this waits for the answer,
+/// which keeps such answers in request order; for a decoupled one it returns at once.
+async fn answer(service: Arc<Service>, request: ModelInferRequest) -> BoxStream<'static, ModelStreamInferResponse> {
+    let identity = ModelInferResponse {
+        id: request.id.clone(),
+        model_name: request.model_name.clone(),
+        model_version: request.model_version.clone(),
+        ..Default::default()
     };
-    match outcome {
-        Ok(response) => final_message(response, String::new()),
-        Err(e) => {
-            let identity = ModelInferResponse { id, model_name, model_version, ..Default::default() };
-            final_message(identity, Status::from(e).message().to_string())
-        }
+    let empty_final = wants_empty_final(&request);
+    let opened = convert::request_from_proto(request).and_then(|request| service.infer_stream(request));
+    let answers = match opened {
+        Ok(answers) => answers,
+        Err(e) => return stream::iter([failed(identity, e, true)]).boxed(),
+    };
+    let mut messages =
+        answers.messages.filter_map(move |streamed| future::ready(message(streamed, &identity, empty_final))).boxed();
+    if answers.decoupled {
+        return messages;
+    }
+    let only = messages.next().await;
+    stream::iter(only).boxed()
+}
+
+/// The stream message for one response (`None`: a bare final flag nobody asked to see).
+fn message(streamed: Streamed, identity: &ModelInferResponse, empty_final: bool) -> Option<ModelStreamInferResponse> {
+    match streamed.response {
+        Ok(Some(response)) => Some(flagged(convert::response_to_proto(response), String::new(), streamed.last)),
+        Ok(None) if empty_final && streamed.last => Some(flagged(identity.clone(), String::new(), true)),
+        Ok(None) => None,
+        Err(e) => Some(failed(identity.clone(), e, streamed.last)),
     }
 }
 
-/// `response` as the last (here: only) message for its request, with `error_message` when it failed.
-fn final_message(mut response: ModelInferResponse, error_message: String) -> ModelStreamInferResponse {
-    let last = InferParameter { parameter_choice: Some(infer_parameter::ParameterChoice::BoolParam(true)) };
-    response.parameters.insert("triton_final_response".to_string(), last);
+/// The error message for a request that failed.
+fn failed(identity: ModelInferResponse, error: Error, last: bool) -> ModelStreamInferResponse {
+    flagged(identity, Status::from(error).message().to_string(), last)
+}
+
+/// `response` with its `triton_final_response` flag and, when it failed, `error_message`.
+fn flagged(mut response: ModelInferResponse, error_message: String, last: bool) -> ModelStreamInferResponse {
+    let flag = InferParameter { parameter_choice: Some(infer_parameter::ParameterChoice::BoolParam(last)) };
+    response.parameters.insert("triton_final_response".to_string(), flag);
     ModelStreamInferResponse { error_message, infer_response: Some(response) }
+}
+
+/// Whether the request sets `triton_enable_empty_final_response` to true.
+fn wants_empty_final(request: &ModelInferRequest) -> bool {
+    request.parameters.get(EMPTY_FINAL).is_some_and(|parameter| {
+        matches!(parameter.parameter_choice, Some(infer_parameter::ParameterChoice::BoolParam(true)))
+    })
 }

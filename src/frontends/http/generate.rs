@@ -7,25 +7,29 @@
 //! `model_name`, `model_version`, `id` when given, and each output by name (one element as a scalar, more as
 //! a flat array).
 //!
-//! `generate_stream` sends the same objects as Server-Sent Events, `data: {...}` per response (a model that
-//! is not decoupled sends one). A request refused before the model runs (malformed, unknown model, bad
-//! input) is answered as `generate` answers it, a JSON error with its status; an error from the model itself
-//! comes as a `data: {"error": ...}` event, as Triton sends it.
+//! `generate_stream` sends the same objects as Server-Sent Events, `data: {...}` per response, as the model
+//! sends them (one for a model that is not decoupled, any number for a decoupled one). `generate` takes a
+//! decoupled model only if it answers with exactly one response, as Triton. A request refused before the
+//! model runs (malformed, unknown model, bad input) is answered as `generate` answers it, a JSON error with
+//! its status; an error from the model itself comes as a `data: {"error": ...}` event, as Triton sends it.
 
 use std::sync::Arc;
 
+use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
+use futures_util::stream::{self, BoxStream};
+use futures_util::{future, StreamExt};
 use serde_json::{Map, Value};
 
 use super::decoded_body;
 use super::infer::parameter_from_json;
 use super::json_data::{self, JsonData};
 use crate::error::{Error, Result};
-use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::inference::{InferenceRequest, InferenceResponse, Streamed};
 use crate::service::{Service, TensorMetadata};
 use crate::tensor::{DataType, Tensor};
 
@@ -65,26 +69,74 @@ async fn handle(
     body: Bytes,
     stream: bool,
 ) -> Response {
-    let request = match decoded_body(&headers, body, ctx.http_limits().max_input_size)
+    let opened = decoded_body(&headers, body, ctx.http_limits().max_input_size)
         .and_then(|body| decode_request(&ctx, model, version, &body))
-    {
-        Ok(request) => request,
-        Err(e) => return e.into_response(),
-    };
-    let answer = ctx.infer(request).await.and_then(|response| encode_response(&response));
-    match (answer, stream) {
-        (Ok(object), false) => Json(object).into_response(),
-        (Ok(object), true) => event(&object),
-        // Only the model's own failures happen after inference began; the rest are the request's.
-        (Err(e @ Error::Internal(_)), true) => event(&serde_json::json!({ "error": e.to_string() })),
-        (Err(e), _) => e.into_response(),
+        .and_then(|request| ctx.infer_stream(request));
+    match opened {
+        Ok(answers) if stream => events(answers.messages).await,
+        Ok(answers) => single(answers.messages).await,
+        Err(e) => e.into_response(),
     }
 }
 
-/// One Server-Sent Event holding `object`.
-fn event(object: &Value) -> Response {
-    let body = format!("data: {object}\n\n");
-    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"))], body).into_response()
+/// `generate`: the model's one response as a JSON object. A decoupled model that sends more than one (or
+/// none) is answered with Triton's error.
+async fn single(mut messages: BoxStream<'static, Streamed>) -> Response {
+    let mut answers = Vec::new();
+    while let Some(streamed) = messages.next().await {
+        match streamed.response {
+            Err(e) => return e.into_response(),
+            Ok(Some(response)) if answers.is_empty() => answers.push(response),
+            // A second response: no need to wait for more.
+            Ok(Some(_)) => return not_exactly_one().into_response(),
+            Ok(None) => {}
+        }
+    }
+    match answers.pop() {
+        Some(response) => encoded(&response),
+        None => not_exactly_one().into_response(),
+    }
+}
+
+fn not_exactly_one() -> Error {
+    Error::internal(
+        "generate expects model to produce exactly 1 response, use generate stream for model that generates various \
+         number of responses",
+    )
+}
+
+fn encoded(response: &InferenceResponse) -> Response {
+    match encode_response(response) {
+        Ok(object) => Json(object).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// `generate_stream`: each response as a Server-Sent Event. A request refused before the model ran (the first
+/// message is an error that is not the model's own) is answered as `generate` answers it.
+async fn events(mut messages: BoxStream<'static, Streamed>) -> Response {
+    let first = messages.next().await;
+    if let Some(Streamed { response: Err(e), .. }) = &first {
+        if !matches!(e, Error::Internal(_)) {
+            return e.clone().into_response();
+        }
+    }
+    let events = stream::iter(first)
+        .chain(messages)
+        .filter_map(|streamed| future::ready(event(streamed)))
+        .map(Ok::<_, std::convert::Infallible>);
+    ([(header::CONTENT_TYPE, HeaderValue::from_static("text/event-stream; charset=utf-8"))], Body::from_stream(events))
+        .into_response()
+}
+
+/// One Server-Sent Event: a response's object, or `{"error": ...}`; nothing for a bare final flag.
+fn event(streamed: Streamed) -> Option<Bytes> {
+    let object = match streamed.response.and_then(|response| response.map(|r| encode_response(&r)).transpose()) {
+        Ok(Some(object)) => object,
+        Ok(None) => return None,
+        Err(e) => serde_json::json!({ "error": e.to_string() }),
+    };
+    Some(Bytes::from(format!("data: {object}\n\n")))
 }
 
 fn decode_request(ctx: &Service, model: String, version: String, body: &[u8]) -> Result<InferenceRequest> {

@@ -51,7 +51,7 @@ async fn handle(
     let result = async {
         let body = decoded_body(&headers, body, ctx.http_limits().max_input_size)?;
         let (request, binary_outputs) = decode_request(model, version, &headers, body)?;
-        let response = ctx.infer(request).await?;
+        let response = ctx.infer_unary(request, "HTTP end point").await?;
         encode_response(&response, &binary_outputs)
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
@@ -144,6 +144,7 @@ fn decode_request(
         requested_outputs,
         class_counts,
         parameters: parameters(header.parameters)?,
+        responder: None,
     };
     Ok((request, binary_outputs))
 }
