@@ -25,6 +25,7 @@ from tessera_requests import (
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     InferenceRequest,
     InferenceResponse,
+    InferenceResponseSender,
     Logger,
     LogLevel,
     get_input_tensor_by_name,
@@ -44,6 +45,7 @@ from tessera_tensor import (
 __all__ = [
     "InferenceRequest",
     "InferenceResponse",
+    "InferenceResponseSender",
     "LogLevel",
     "Logger",
     "ModelConfig",

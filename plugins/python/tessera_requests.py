@@ -1,11 +1,11 @@
 """Requests and responses inside Tessera's Python runtime: the `InferenceRequest`s `execute` receives and the ones a
-model makes to call another model (BLS, `exec()`), `InferenceResponse`, `Logger`, the tensor lookups and
-`get_model_dir`. Part of `triton_python_backend_utils` (see `tessera`)."""
+model makes to call another model (BLS, `exec()`), `InferenceResponse`, the response sender of decoupled models,
+`Logger`, the tensor lookups and `get_model_dir`. Part of `triton_python_backend_utils` (see `tessera`)."""
 
 import json
 
 from componentize_py_types import Err
-from wit_world.imports import host, types
+from wit_world.imports import host, streaming, types
 
 from tessera_errors import TritonError
 from tessera_tensor import Tensor
@@ -40,12 +40,28 @@ class InferenceRequest:
         self._inputs = list(inputs or [])
         self._outputs = list(requested_output_names or [])
         self._parameters = json.loads(parameters) if isinstance(parameters, str) else dict(parameters or {})
+        # For a request `execute` received: its position in the batch, and its response sender once asked for.
+        self._index, self._sender = None, None
 
     @classmethod
-    def _wrap(cls, wit_request):
+    def _wrap(cls, wit_request, index):
         parameters = {key: value.value for key, value in wit_request.parameters}
-        return cls(inputs=[Tensor._wrap(t) for t in wit_request.inputs], requested_output_names=wit_request.requested_outputs,
-                   request_id=wit_request.id, parameters=parameters)
+        request = cls(inputs=[Tensor._wrap(t) for t in wit_request.inputs],
+                      requested_output_names=wit_request.requested_outputs, request_id=wit_request.id,
+                      parameters=parameters)
+        request._index = index
+        return request
+
+    def get_response_sender(self):
+        """Where a decoupled model sends this request's responses (the same sender every time it is asked)."""
+        if self._sender is None:
+            if self._index is None:
+                raise TritonError("only a request that execute received has a response sender")
+            try:
+                self._sender = InferenceResponseSender(streaming.sender(self._index))
+            except Err as e:
+                raise TritonError(e.value)
+        return self._sender
 
     def inputs(self):
         return list(self._inputs)
@@ -76,7 +92,11 @@ class InferenceRequest:
         return self._version
 
     def is_cancelled(self):
-        return False
+        """Whether the client has gone away (always False for a model that is not decoupled)."""
+        try:
+            return self.get_response_sender().is_cancelled()
+        except TritonError:
+            return False
 
     def exec(self, decoupled=False):
         """Runs this request on `model_name` through the server's scheduler. Errors come back in the
@@ -94,6 +114,31 @@ class InferenceRequest:
 
     def async_exec(self, decoupled=False):
         raise TritonError("async BLS calls are not supported; use exec()", TritonError.UNSUPPORTED)
+
+
+class InferenceResponseSender:
+    """A decoupled model's way to answer one request with any number of responses: `send(response)` for each,
+    and `flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL` on the last (with or without a response). A send the
+    server cannot deliver (after the final one, after the request timed out) raises `TritonError`."""
+
+    def __init__(self, wit_sender):
+        self._sender = wit_sender
+
+    def send(self, response=None, flags=0):
+        last = bool(flags & TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        try:
+            if response is not None and response.has_error():
+                error = response.error()
+                message = error.message() if isinstance(error, TritonError) else str(error)
+                self._sender.send_error(message, last)
+            else:
+                outputs = None if response is None else types.Response([t._to_wit() for t in response.output_tensors()])
+                self._sender.send(outputs, last)
+        except Err as e:
+            raise TritonError(f"Unable to send response: {e.value}")
+
+    def is_cancelled(self):
+        return self._sender.is_cancelled()
 
 
 class InferenceResponse:

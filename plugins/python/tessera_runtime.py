@@ -40,6 +40,8 @@ sys.modules["triton_python_backend_utils"] = tessera
 sys.dont_write_bytecode = True
 
 _instance = None
+# Whether the served model is decoupled: its execute answers through response senders and returns None.
+_decoupled = False
 
 
 def _import_model(version_dir, file_name):
@@ -89,11 +91,12 @@ class WitWorld(wit_world.WitWorld):
             raise Err(_describe(e, tessera_requests.get_model_dir()))
 
     def initialize(self, args):
-        global _instance
+        global _instance, _decoupled
         args = dict(args)
         try:
             config = json.loads(args.get("model_config", "{}"))
             tessera_config.set_served(config)
+            _decoupled = tessera.using_decoupled_model_transaction_policy(config)
             model = _import_model(host.version_directory(), _model_file(config))
             _instance = model.TritonPythonModel()
             if hasattr(_instance, "initialize"):
@@ -104,9 +107,13 @@ class WitWorld(wit_world.WitWorld):
     def execute(self, requests):
         model_dir = tessera_requests.get_model_dir()
         try:
-            responses = _instance.execute([tessera.InferenceRequest._wrap(r) for r in requests])
+            responses = _instance.execute([tessera.InferenceRequest._wrap(r, i) for i, r in enumerate(requests)])
         except Exception as e:
             return [Err(_describe(e, model_dir))] * len(requests)
+        if _decoupled:
+            if responses is not None:
+                return [Err("Python model is using the decoupled mode and the execute function must return None.")] * len(requests)
+            return []
         if not isinstance(responses, (list, tuple)) or len(responses) != len(requests):
             count = "no list" if not isinstance(responses, (list, tuple)) else f"{len(responses)} responses"
             return [Err(f"execute must return one InferenceResponse per request: got {count} for {len(requests)}")] * len(requests)
