@@ -27,3 +27,7 @@ bench-ensembles *ARGS:
 # Python models against Triton's python backend: serving, first load of a new model.py, memory per instance.
 bench-python *ARGS:
     scripts/dev bench-python {{ARGS}}
+
+# Decoupled models over gRPC streams against Triton: responses per second, time to the first response.
+bench-streaming *ARGS:
+    scripts/dev bench-streaming {{ARGS}}

@@ -182,12 +182,14 @@ WINDOW_REQUESTS = 20000
 
 
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None,
-                  window_requests=WINDOW_REQUESTS):
+                  window_requests=WINDOW_REQUESTS, streaming=False):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
     (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size;
     `window_requests`: the requests per window when a run is measured again in count windows (a slow model
-    needs fewer, to finish a window within the attempt's time)."""
+    needs fewer, to finish a window within the attempt's time); `streaming`: over a gRPC stream, for decoupled
+    models: the throughput is then responses per second, and the latencies are to each request's first
+    response."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
@@ -197,6 +199,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
             command += ["--input-data", input_data]
         if shape:
             command += ["--shape", shape]
+        if streaming:
+            command += ["--streaming"]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
         windows = ["--measurement-interval", str(measurement_ms)]
         # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is
@@ -221,7 +225,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
             print(f"  perf_analyzer found no stable measurement against {server.name} ({model}, {protocol}, "
                   f"c={concurrency}); measuring again in windows of {window_requests} requests", file=sys.stderr)
         row = next(csv.DictReader(open(out.name)))
-    return float(row["Inferences/Second"]), float(row["p50 latency"]), float(row["p99 latency"])
+    throughput = float(row["Response Throughput"] if streaming else row["Inferences/Second"])
+    return throughput, float(row["p50 latency"]), float(row["p99 latency"])
 
 
 def interleaved(trials, measure, names=("tessera", "triton")):
