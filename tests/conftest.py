@@ -193,7 +193,7 @@ class Server:
 
 @pytest.fixture(scope="session", autouse=True)
 def built():
-    test_plugins = [PLUGINS / f"{plugin}.wasm" for plugin in ("add_sub", "identity", "faulty", "sleep", "bls", "filetype", "stream_faults")]
+    test_plugins = [PLUGINS / f"{plugin}.wasm" for plugin in ("add_sub", "identity", "faulty", "sleep", "bls", "filetype", "stream_faults", "stream_sum")]
     example_models = [ROOT / "model_repository" / model / "1" / "model.wasm" for model in EXAMPLE_MODELS["rust"]]
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
               ROOT / "model_repository/tokenize/1/tokenizer.json", PYTHON_RUNTIME / "runtime.wasm", MINILM_TOKENIZER,

@@ -3,8 +3,9 @@ responses, then a final flag. Triton's `repeat_int32` and `square_int32` test mo
 (plugins/repeat, plugins/square), over tritonclient's sync gRPC stream, its aio stream, and raw HTTP
 Server-Sent Events (`generate_stream`); the endpoints that answer once refuse decoupled models with Triton's
 messages; a decoupled config and its plugin must agree at load; and a plugin that misbehaves
-(plugins/stream_faults: no final flag, a send after it, a trap, a client that goes away) costs only its own
-request, with the right error on the stream."""
+(plugins/stream_faults: no final flag, a send after it, a trap, a client that goes away, a client that stops
+reading) costs only its own request, with the right error on the stream; and a plugin reads a decoupled
+model's responses through BLS (plugins/stream_sum)."""
 
 import asyncio
 import json
@@ -18,6 +19,7 @@ import pytest
 import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Server, add_model, tensor_config, wait_for
@@ -44,6 +46,9 @@ def server(tmp_path_factory):
     not_decoupled = SQUARE_CONFIG.replace('name: "square_int32"', 'name: "square_not_decoupled"').replace(
         "decoupled: True", "decoupled: false")
     add_model(repo, "square_not_decoupled", not_decoupled, plugin="square")
+    sum_io = (tensor_config("input", "IN", "TYPE_INT32", [1]) + tensor_config("output", "COUNT", "TYPE_INT32", [1])
+              + tensor_config("output", "SUM", "TYPE_INT32", [1]))
+    add_model(repo, "stream_sum", 'backend: "wasm"\n' + sum_io, plugin="stream_sum")
     s = Server([repo], tmp, "--exit-on-error=false").wait_live()
     yield s
     assert s.stop() == 0
@@ -283,3 +288,47 @@ def test_abandoned_streams_stop_the_plugin_and_give_their_memory_back(server):
         assert described(stream.take(1)[0][0]) == ("still", False, [1])
     finally:
         stream.close()
+
+
+def test_a_plugin_reads_a_decoupled_models_responses_through_bls(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for n, parameters in ((4, None), (0, None), (3, {"model": "simple_missing"})):
+            if parameters:
+                with pytest.raises(InferenceServerException, match="unknown model: 'simple_missing'"):
+                    client.infer("stream_sum", [int32("IN", [n])], parameters=parameters)
+                continue
+            result = client.infer("stream_sum", [int32("IN", [n])])
+            assert (result.as_numpy("COUNT").tolist(), result.as_numpy("SUM").tolist()) == ([n], [n * n])
+        # A callee's error reaches the caller as an error (stream_faults takes MODE, not IN).
+        with pytest.raises(InferenceServerException, match="unexpected inference input .IN. for model .stream_faults."):
+            client.infer("stream_sum", [int32("IN", [1])], parameters={"model": "stream_faults"})
+    finally:
+        client.close()
+
+
+def test_a_client_that_stops_reading_holds_the_plugin_not_the_servers_memory(server):
+    """A raw stream whose responses are not read: the plugin (mode 2, up to a million responses) waits in
+    `send` once the buffers are full, and is stopped at its execute timeout, instead of the server buffering
+    its responses. Read afterwards, the stream holds a bounded number of them, then the timeout's error."""
+    timeouts, baseline = server.log().count("ran past its execute timeout of 300 ms"), server.rss_kib()
+    channel = grpc.insecure_channel(server.grpc_url)
+    stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+    request = service_pb2.ModelInferRequest(model_name="stream_faults", id="unread")
+    tensor = request.inputs.add(name="MODE", datatype="INT32", shape=[1])
+    tensor.contents.int_contents.append(2)
+    try:
+        call = stub.ModelStreamInfer(iter([request]))
+        wait_for(lambda: server.log().count("ran past its execute timeout of 300 ms") == timeouts + 1, timeout=30,
+                 what="the plugin to be stopped at its execute timeout")
+        grown = server.rss_kib() - baseline
+        assert grown < 32 * 1024, f"resident memory grew by {grown} KiB for one unread stream"
+        received = 0
+        for message in call:
+            if message.error_message:
+                assert "ran past its execute timeout" in message.error_message
+                break
+            received += 1
+        assert 0 < received < 200_000, f"the server buffered {received} unread responses"
+    finally:
+        channel.close()

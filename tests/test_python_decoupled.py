@@ -1,7 +1,8 @@
 """Decoupled Python models with Triton's python decoupled API (`request.get_response_sender()`,
 `sender.send(response, flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL)`, `request.is_cancelled()`): Triton QA's
-`mock_llm` unchanged (model_repository/mock_llm) streamed over gRPC and `generate_stream`, and a model that
-misuses the API getting Triton's errors while the server keeps serving."""
+`mock_llm` unchanged (model_repository/mock_llm) streamed over gRPC and `generate_stream`, read by another
+Python model through BLS `exec(decoupled=True)`, and a model that misuses the API getting Triton's errors
+while the server keeps serving."""
 
 import json
 import queue
@@ -44,6 +45,38 @@ class TritonPythonModel:
 '''
 
 
+COLLECT = b'''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            n = int(pb_utils.get_input_tensor_by_name(request, "N").as_numpy()[0])
+            model = "mock_llm" if n >= 0 else "no_such_model"
+            call = pb_utils.InferenceRequest(
+                model_name=model, requested_output_names=["TEXT"], parameters={"REPETITION": abs(n)},
+                inputs=[pb_utils.Tensor("PROMPT", np.array([[b"ab"]], dtype=np.object_)),
+                        pb_utils.Tensor("STREAM", np.array([[True]]))])
+            texts, empty, errors = [], 0, []
+            for response in call.exec(decoupled=True):
+                if response.has_error():
+                    errors.append(response.error().message())
+                elif not response.output_tensors():
+                    empty += 1
+                else:
+                    texts.append(pb_utils.get_output_tensor_by_name(response, "TEXT").as_numpy().reshape(-1)[0])
+            responses.append(pb_utils.InferenceResponse([
+                pb_utils.Tensor("COUNT", np.array([len(texts)], np.int32)),
+                pb_utils.Tensor("EMPTY", np.array([empty], np.int32)),
+                pb_utils.Tensor("TEXTS", np.array([b",".join(texts)], dtype=np.object_)),
+                pb_utils.Tensor("ERRORS", np.array(["|".join(errors).encode()], dtype=np.object_))]))
+        return responses
+'''
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("python_decoupled")
@@ -52,6 +85,10 @@ def server(tmp_path_factory):
     config = ('backend: "python"\nmodel_transaction_policy { decoupled: true }\n'
               + tensor_config("input", "MODE", "TYPE_INT32", [1]) + tensor_config("output", "OUT", "TYPE_INT32", [1]))
     add_model(repo, "misuse", config, files={"model.py": MISUSE})
+    collect_io = (tensor_config("input", "N", "TYPE_INT32", [1]) + tensor_config("output", "COUNT", "TYPE_INT32", [1])
+                  + tensor_config("output", "EMPTY", "TYPE_INT32", [1]) + tensor_config("output", "TEXTS", "TYPE_STRING", [1])
+                  + tensor_config("output", "ERRORS", "TYPE_STRING", [1]))
+    add_model(repo, "collect", 'backend: "python"\n' + collect_io, files={"model.py": COLLECT})
     s = Server([repo], tmp).wait_live()
     yield s
     assert s.stop() == 0
@@ -123,3 +160,22 @@ def test_misusing_the_sender_gets_tritons_errors_and_the_model_keeps_serving(ser
     assert result is None and "bad mode" in str(error)
     answers = streamed(server, [("mock_llm", llm_inputs(b"still", True), "after", {"REPETITION": 1})], 2)
     assert answers[0][0].as_numpy("TEXT").tolist() == [[b"still"]]
+
+
+def test_bls_exec_decoupled_iterates_over_a_decoupled_models_responses(server):
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        for n in (3, 0):
+            tensor = grpcclient.InferInput("N", [1], "INT32")
+            tensor.set_data_from_numpy(np.array([n], np.int32))
+            result = client.infer("collect", [tensor])
+            # As in Triton, a final flag sent alone ends the iteration with one response without outputs.
+            assert result.as_numpy("COUNT").tolist() == [n] and result.as_numpy("EMPTY").tolist() == [1]
+            assert result.as_numpy("TEXTS").tolist() == [b",".join([b"ab"] * n)]
+            assert result.as_numpy("ERRORS").tolist() == [b""]
+        tensor.set_data_from_numpy(np.array([-1], np.int32))
+        result = client.infer("collect", [tensor])
+        assert result.as_numpy("COUNT").tolist() == [0]
+        assert b"unknown model: 'no_such_model'" in result.as_numpy("ERRORS")[0]
+    finally:
+        client.close()

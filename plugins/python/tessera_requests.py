@@ -100,12 +100,16 @@ class InferenceRequest:
 
     def exec(self, decoupled=False):
         """Runs this request on `model_name` through the server's scheduler. Errors come back in the
-        response (`has_error()`), as in Triton."""
-        if decoupled:
-            raise TritonError("decoupled BLS calls are not supported", TritonError.UNSUPPORTED)
+        response (`has_error()`), as in Triton. `decoupled=True` (for a callee that may be decoupled) returns
+        an iterator over its responses; the last one may have no outputs, as in Triton."""
         version = "" if self._version in (-1, None, "") else str(self._version)
         request = types.Request(self._id, [t._to_wit() for t in self._inputs], self._outputs,
                                 [(k, _parameter(v)) for k, v in self._parameters.items()])
+        if decoupled:
+            try:
+                return _responses(streaming.infer_stream(self._model, version, request))
+            except Err as e:
+                return iter([InferenceResponse(error=TritonError(e.value))])
         try:
             answer = host.infer(self._model, version, request)
         except Err as e:
@@ -193,6 +197,15 @@ def get_input_tensor_by_name(request, name):
 
 def get_output_tensor_by_name(response, name):
     return next((t for t in response.output_tensors() if t.name() == name), None)
+
+
+def _responses(stream):
+    """The responses of an `exec(decoupled=True)` call, read as the iteration asks for them."""
+    while (answer := stream.next()) is not None:
+        if isinstance(answer, Err):
+            yield InferenceResponse(error=TritonError(answer.value))
+        else:
+            yield InferenceResponse([Tensor._wrap(t) for t in answer.value.outputs])
 
 
 def _parameter(value):

@@ -18,7 +18,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 
 use crate::error::{LoadResult, Result};
-use crate::inference::{InferenceRequest, InferenceResponse};
+use crate::inference::{InferenceRequest, InferenceResponse, ResponseStream};
 use crate::model_config::ModelConfig;
 use crate::model_files;
 use crate::tensor::Tensor;
@@ -44,6 +44,8 @@ pub trait Instance: Send {
 #[async_trait]
 pub trait ModelCaller: Send + Sync {
     async fn infer(&self, request: InferenceRequest) -> Result<InferenceResponse>;
+    /// The responses of a request to a model that may be decoupled (any number; one if it is not).
+    fn infer_stream(&self, request: InferenceRequest) -> Result<ResponseStream>;
     fn is_ready(&self, model: &str, version: &str) -> bool;
 }
 

@@ -158,6 +158,10 @@ impl ModelCaller for ModelRepository {
         ModelRepository::infer(self, request).await
     }
 
+    fn infer_stream(&self, request: InferenceRequest) -> Result<ResponseStream> {
+        ModelRepository::infer_stream(self, request)
+    }
+
     fn is_ready(&self, model: &str, version: &str) -> bool {
         self.version(model, version).is_ok()
     }

@@ -2,7 +2,8 @@
 //! decoupled models do. It implements [`DecoupledModel`] instead of [`Model`](crate::Model) and is exported
 //! with [`export_decoupled!`](crate::export_decoupled); its config must say
 //! `model_transaction_policy { decoupled: true }` (the default `auto_complete_config` declares it, so a
-//! config that says `false` fails to load with the reason).
+//! config that says `false` fails to load with the reason). Any plugin can read the many responses of a
+//! decoupled model it calls with [`infer_stream`].
 
 use crate::bindings::tessera::backend::streaming::{self, ResponseSender};
 use crate::{Args, Request, Response};
@@ -60,6 +61,15 @@ impl Sender {
     pub fn is_cancelled(&self) -> bool {
         self.0.is_cancelled()
     }
+}
+
+/// Runs `request` on the newest ready version of `model`, as [`infer`](crate::infer) does, for a callee that
+/// may be decoupled: its responses in order, each an error response as `Err` (one response from a model that
+/// is not decoupled; a callee that ends with the final flag alone gives a last response with no outputs).
+/// `Err` when the call cannot start.
+pub fn infer_stream(model: &str, request: Request) -> Result<impl Iterator<Item = Result<Response, String>>, String> {
+    let stream = streaming::infer_stream(model, "", request)?;
+    Ok(std::iter::from_fn(move || stream.next()))
 }
 
 /// `config_json` with `model_transaction_policy.decoupled` set to true; an error if the config sets it false.

@@ -49,7 +49,7 @@ pub use bindings::tessera::backend::host::{log, model_ready};
 pub use bindings::tessera::backend::types::{
     DataType, LogLevel, ParameterValue, Request, Response, Tensor, TensorBytes, TensorData,
 };
-pub use decoupled::{declare_decoupled, DecoupledModel, Sender};
+pub use decoupled::{declare_decoupled, infer_stream, DecoupledModel, Sender};
 pub use model::{Args, Model};
 pub use request::infer;
 pub use tensor::{Element, INLINE_MAX};

@@ -64,6 +64,7 @@ mod bindings {
         with: {
             "tessera:backend/types.tensor-data": super::tensor_data::HeldData,
             "tessera:backend/streaming.response-sender": super::streaming::SenderHandle,
+            "tessera:backend/streaming.response-stream": super::streaming::CallStream,
         },
     });
 }

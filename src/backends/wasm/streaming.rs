@@ -1,21 +1,29 @@
-//! `tessera:backend/streaming`: how a decoupled model's plugin answers a request with many responses. During
-//! an `execute` call the store holds the responders of the call's requests (`StoreState::responders`);
-//! `sender(index)` gives the plugin a `response-sender` handle over one of them, which it may keep past the
-//! call. Sends go to the request's bounded buffer (`inference::responder`), so a slow client makes the
-//! plugin wait in `send`, within its execute deadline, rather than the server buffer without end.
+//! `tessera:backend/streaming`: how a decoupled model's plugin answers a request with many responses, and how
+//! any plugin reads the many responses of a decoupled model it calls. During an `execute` call the store
+//! holds the responders of the call's requests (`StoreState::responders`); `sender(index)` gives the plugin a
+//! `response-sender` handle over one of them, which it may keep past the call. Sends go to the request's
+//! bounded buffer (`inference::responder`), so a slow client makes the plugin wait in `send`, within its
+//! execute deadline, rather than the server buffer without end. `infer-stream` starts a call through the
+//! server's schedulers, as BLS `infer` does, and its `response-stream` handle reads the responses in order.
 
 use std::time::Instant;
 
+use futures_util::stream::BoxStream;
+use futures_util::StreamExt;
 use wasmtime::component::Resource;
 
 use super::bindings::tessera::backend::{streaming, types};
 use super::convert;
 use super::state::StoreState;
 use crate::error::Error;
-use crate::inference::{Responder, SendError};
+use crate::inference::{Responder, SendError, Streamed};
 
 /// What a `response-sender` handle stands for.
 pub struct SenderHandle(Responder);
+
+/// What a `response-stream` handle stands for: the call's responses, `None` once the last was read (or while
+/// `next` waits for one).
+pub struct CallStream(Option<BoxStream<'static, Streamed>>);
 
 impl streaming::Host for StoreState {
     async fn sender(&mut self, index: u32) -> wasmtime::Result<Result<Resource<SenderHandle>, String>> {
@@ -34,6 +42,64 @@ impl streaming::Host for StoreState {
             }
         };
         Ok(Ok(self.table.push(SenderHandle(responder))?))
+    }
+
+    async fn infer_stream(
+        &mut self,
+        model: String,
+        version: String,
+        request: types::Request,
+    ) -> wasmtime::Result<Result<Resource<CallStream>, String>> {
+        let request = convert::request_from_wit(self, model, version, request)?;
+        let Some(caller) = self.caller() else {
+            return Ok(Err("the server is not accepting calls between models yet".into()));
+        };
+        Ok(match caller.infer_stream(request) {
+            Ok(answers) => Ok(self.table.push(CallStream(Some(answers.messages)))?),
+            Err(e) => Err(e.to_string()),
+        })
+    }
+}
+
+impl streaming::HostResponseStream for StoreState {
+    async fn next(
+        &mut self,
+        handle: Resource<CallStream>,
+    ) -> wasmtime::Result<Option<Result<types::Response, String>>> {
+        // Taken out of the table while waiting (the store cannot stay borrowed across the wait); put back
+        // unless that was the last response.
+        let Some(mut messages) = self.table.get_mut(&handle)?.0.take() else { return Ok(None) };
+        let next = messages.next();
+        // As for BLS `infer`: the plugin's own deadline cannot fire while the host waits.
+        let message = match self.deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline.into(), next).await {
+                Ok(message) => message,
+                Err(_) => {
+                    return Ok(Some(Err("the callee did not answer before this plugin's execute timeout".into())))
+                }
+            },
+            None => next.await,
+        };
+        let Some(Streamed { response, last }) = message else { return Ok(None) };
+        if !last {
+            self.table.get_mut(&handle)?.0 = Some(messages);
+        }
+        Ok(Some(match response {
+            Ok(response) => {
+                let outputs = response.map(|r| r.outputs).unwrap_or_default();
+                let outputs = outputs
+                    .into_iter()
+                    .map(|t| convert::tensor_to_wit(t, |data| self.hold(data)))
+                    .collect::<wasmtime::Result<_>>()?;
+                Ok(types::Response { outputs })
+            }
+            Err(e) => Err(e.to_string()),
+        }))
+    }
+
+    async fn drop(&mut self, handle: Resource<CallStream>) -> wasmtime::Result<()> {
+        self.table.delete(handle)?;
+        Ok(())
     }
 }
 
