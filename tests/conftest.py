@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 BINARY = pathlib.Path(os.environ.get("TESSERA_BINARY") or ROOT / "target" / "release" / "tessera")
 PLUGINS = ROOT / "plugins" / "target" / "wasm32-wasip2" / "release"
 MINILM_TOKENIZER = ROOT / ".cache" / "models" / "minilm" / "tokenizer.json"
+SPEECH = ROOT / ".cache" / "models" / "speech"
 # The default repository's models built from the example plugins, by kind (rust, javascript, c): what setup
 # builds, from the same list.
 EXAMPLE_MODELS = json.loads((ROOT / "plugins" / "models.json").read_text())
@@ -197,7 +198,8 @@ def built():
     example_models = [ROOT / "model_repository" / model / "1" / "model.wasm" for model in EXAMPLE_MODELS["rust"]]
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
               ROOT / "model_repository/tokenize/1/tokenizer.json", PYTHON_RUNTIME / "runtime.wasm", MINILM_TOKENIZER,
-              ROOT / "model_repository/minilm/1/model.onnx",
+              ROOT / "model_repository/minilm/1/model.onnx", ROOT / "model_repository/silero_vad/1/model.onnx",
+              SPEECH / "sample.wav", SPEECH / "sample.rttm",
               *(ROOT / "model_repository" / model / "1/model.onnx"
                 for model in ("simple_onnx", "simple_string", "simple_int8", "orientation")),
               ROOT / "model_repository/orientation_ensemble/labels.txt"]
