@@ -73,7 +73,8 @@ fn score(frame: &[f32], state: &[f32]) -> Result<(f32, Vec<f32>), String> {
         Tensor::new("sr", [1], &[RATE as i64]),
     ];
     let response = infer("silero_vad", Request::new(inputs))?;
-    let probability = response.output("output")?.values::<f32>()?.first().copied().ok_or("silero_vad gave no output")?;
+    let probability =
+        response.output("output")?.values::<f32>()?.first().copied().ok_or("silero_vad gave no output")?;
     Ok((probability, response.output("stateN")?.values::<f32>()?))
 }
 
