@@ -164,10 +164,12 @@ pub type Composing = Result<std::sync::Arc<ModelConfig>, String>;
 /// version a step names, when it names one), allows the ensemble's batch size, has the inputs and outputs
 /// the step maps and no unmapped required input, and agrees with the ensemble and the other steps on the
 /// data type and shape of every tensor it shares with them. `lookup(model, version)` finds a composing
-/// model (`version` -1: any).
-pub fn validate_steps(config: &ModelConfig, lookup: impl Fn(&str, i64) -> Composing) -> LoadResult<()> {
+/// model (`version` -1: any). Answers whether the ensemble is decoupled: as in Triton, it is when one of its
+/// steps is (see `decoupled_lineage`).
+pub fn validate_steps(config: &ModelConfig, lookup: impl Fn(&str, i64) -> Composing) -> LoadResult<bool> {
     let name = &config.name;
-    let Some(ensembling) = scheduling(config) else { return Ok(()) };
+    let Some(ensembling) = scheduling(config) else { return Ok(false) };
+    let mut decoupled = Vec::with_capacity(ensembling.step.len());
     let batching = config.max_batch_size > 0;
     let mut tensors: BTreeMap<String, TensorShape> = BTreeMap::new();
     for (io_name, data_type, dims) in
@@ -189,6 +191,7 @@ pub fn validate_steps(config: &ModelConfig, lookup: impl Fn(&str, i64) -> Compos
             .into());
         }
         let step_batching = composing.max_batch_size > 0;
+        decoupled.push(super::is_decoupled(&composing));
         for (input, tensor) in &step.input_map {
             if !composing.input.iter().any(|i| &i.name == input) {
                 return Err(format!(
@@ -222,7 +225,50 @@ pub fn validate_steps(config: &ModelConfig, lookup: impl Fn(&str, i64) -> Compos
             agree(&mut tensors, tensor, shape, name)?;
         }
     }
-    Ok(())
+    decoupled_lineage(config, ensembling, &decoupled)
+}
+
+/// Whether any step of the ensemble is decoupled (`decoupled[i]`: step i's model is). Each response of a
+/// decoupled step starts a lineage of its own that the steps after it run in, once per response; a step
+/// that read tensors of two lineages could not know which of them to pair, so, as in Triton, it is refused.
+/// Tensors are labelled with their lineage (0: the request's own) in data-flow order.
+fn decoupled_lineage(config: &ModelConfig, ensembling: &ModelEnsembling, decoupled: &[bool]) -> LoadResult<bool> {
+    let mut lineage: BTreeMap<&str, usize> = config.input.iter().map(|i| (i.name.as_str(), 0)).collect();
+    let mut labels = 0;
+    let mut done = vec![false; ensembling.step.len()];
+    loop {
+        let mut progressed = false;
+        for (index, step) in ensembling.step.iter().enumerate() {
+            if done[index] {
+                continue;
+            }
+            let Some(inputs) =
+                step.input_map.values().map(|tensor| lineage.get(tensor.as_str()).copied()).collect::<Option<Vec<_>>>()
+            else {
+                continue;
+            };
+            if inputs.windows(2).any(|pair| pair[0] != pair[1]) {
+                return Err(format!(
+                    "in ensemble {}, step of model '{}' receives inputs originated from different decoupled models",
+                    config.name, step.model_name
+                )
+                .into());
+            }
+            let label = match decoupled[index] {
+                true => {
+                    labels += 1;
+                    labels
+                }
+                false => inputs.first().copied().unwrap_or(0),
+            };
+            lineage.extend(step.output_map.values().map(|tensor| (tensor.as_str(), label)));
+            done[index] = true;
+            progressed = true;
+        }
+        if !progressed {
+            return Ok(labels != 0);
+        }
+    }
 }
 
 /// A tensor's type and shape as one model sees it.

@@ -14,6 +14,7 @@ use super::{versions, ModelVersion};
 use crate::backends::Runtimes;
 use crate::model_config::{self, ensemble, Completer, ConfigSource, ModelConfig};
 use crate::observability::metrics::Metrics;
+use crate::proto::inference::ModelTransactionPolicy;
 
 /// Everything loading needs, shared by every load.
 pub struct Loader {
@@ -73,14 +74,21 @@ impl Loader {
         let newest = versions::newest(model_dir).map(|v| model_dir.join(v.to_string()));
         let complete = |config: &mut ModelConfig| self.runtimes.auto_complete(config, newest.as_deref());
         let complete: Option<Completer<'_>> = self.runtimes.complete_configs.then_some(&complete);
-        let config = match model_config::load(model_dir, name, &self.source(config_override), complete) {
+        let mut config = match model_config::load(model_dir, name, &self.source(config_override), complete) {
             Ok(config) => Arc::new(config),
             Err(reason) => return ModelRecord::failed(name, model_dir, reason.to_string()),
         };
         // An ensemble is checked against its composing models as they are now. It keeps its config when it
-        // fails, so that it is reloaded when the model it waits for arrives.
-        if let Err(reason) = ensemble::validate_steps(&config, composing) {
-            return ModelRecord { config: Some(config), ..ModelRecord::failed(name, model_dir, reason.to_string()) };
+        // fails, so that it is reloaded when the model it waits for arrives. One with a decoupled step is
+        // decoupled itself, and its config says so, as Triton's does.
+        match ensemble::validate_steps(&config, composing) {
+            Ok(true) => {
+                Arc::make_mut(&mut config).model_transaction_policy = Some(ModelTransactionPolicy { decoupled: true })
+            }
+            Ok(false) => {}
+            Err(reason) => {
+                return ModelRecord { config: Some(config), ..ModelRecord::failed(name, model_dir, reason.to_string()) }
+            }
         }
         let selected = match versions::select(model_dir, config.version_policy.as_ref()) {
             Ok(selected) => selected,

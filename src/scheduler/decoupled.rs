@@ -1,8 +1,9 @@
 //! Requests to decoupled models (`model_transaction_policy { decoupled: true }`), which answer with any
 //! number of responses. The request runs alone on an idle instance, as in the `Direct` strategy (the
 //! dynamic batcher merges requests into one, which would lose whose response is whose), carrying a
-//! `Responder`; its responses come back through the responder's buffer, and `responses` turns that buffer
-//! into the request's response stream, each response's outputs selected as the request asked.
+//! `Responder`, or through the steps of a decoupled ensemble, which sends to the responder itself; the
+//! responses come back through the responder's buffer, and `responses` turns that buffer into the request's
+//! response stream, each response's outputs selected as the request asked.
 
 use std::time::Instant;
 
@@ -37,10 +38,14 @@ impl Scheduler {
                 }
                 (execution.result, execution.queue)
             }
-            _ => (
-                Err(Error::internal(format!("model '{}' is decoupled but not scheduled as such", self.name))),
-                Default::default(),
-            ),
+            (Strategy::Ensemble(ensemble), Ok(())) => {
+                let wanted = self.signature.output_names(&request.requested_outputs);
+                (ensemble.run_decoupled(request, &wanted, &responder).await.map(|()| Vec::new()), Default::default())
+            }
+            (Strategy::Dynamic(..), Ok(())) => {
+                let message = format!("model '{}' is decoupled but scheduled by the dynamic batcher", self.name);
+                (Err(Error::internal(message)), Default::default())
+            }
         };
         self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
         if let Err(e) = result {

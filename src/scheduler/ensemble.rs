@@ -8,14 +8,19 @@
 //! step is resolved when it runs, so a composing model reloaded meanwhile serves it from its new version,
 //! and no ensemble request fails for the reload. Tensors move between steps as the same `Bytes`: nothing is
 //! re-encoded or copied on the way. A step that fails fails the request with its model's message.
+//!
+//! A decoupled step (one whose model is decoupled) may answer with many responses. As in Triton, each response
+//! starts a lineage of its own (a `Branch`): the steps after it run once per response, on that response's
+//! tensors, and each lineage that produces the requested outputs is one response of the ensemble, which is
+//! then decoupled itself (its config's check refuses a step that would mix two lineages).
 
 use std::collections::{BTreeSet, HashMap};
 
-use futures_util::stream::{FuturesUnordered, StreamExt};
+use futures_util::stream::{SelectAll, StreamExt};
 
 use crate::backends::Peers;
 use crate::error::{Error, Result};
-use crate::inference::InferenceRequest;
+use crate::inference::{InferenceRequest, Responder, Streamed};
 use crate::model_config::{ensemble, ModelConfig};
 use crate::tensor::Tensor;
 
@@ -59,38 +64,117 @@ impl Ensemble {
         Ensemble { name: config.name.clone(), steps, read_by_steps, peers }
     }
 
-    /// Runs the steps that `wanted` (ensemble output names) depend on, and returns those outputs.
+    /// Runs the steps that `wanted` (ensemble output names) depend on, and returns those outputs (an ensemble
+    /// that is not decoupled).
     pub async fn run(&self, request: InferenceRequest, wanted: &[String]) -> Result<Vec<Tensor>> {
+        let (branches, answer) = self.run_steps(&request, wanted, None).await?;
+        answer.ok_or_else(|| {
+            let missing =
+                wanted.iter().find(|name| !branches[0].tensors.contains_key(*name)).map_or("", String::as_str);
+            self.never_produced(missing, &branches[0].tensors)
+        })
+    }
+
+    /// Runs a decoupled ensemble's request: each set of the `wanted` outputs its steps produce goes to
+    /// `responder` as one response as soon as it is complete, then the final flag. A client that goes away
+    /// stops it.
+    pub async fn run_decoupled(
+        &self,
+        request: InferenceRequest,
+        wanted: &[String],
+        responder: &Responder,
+    ) -> Result<()> {
+        self.run_steps(&request, wanted, Some(responder)).await?;
+        // Nothing to do if the client has gone away meanwhile.
+        let _ = responder.send(Ok(None), true).await;
+        Ok(())
+    }
+
+    /// Runs the steps that `wanted` depends on, in every lineage. Each lineage's wanted outputs, once they all
+    /// exist, go to `responder` (a decoupled ensemble), or are returned (the first; any other ensemble has one
+    /// lineage). Also returns the branches, the request's own first.
+    async fn run_steps(
+        &self,
+        request: &InferenceRequest,
+        wanted: &[String],
+        responder: Option<&Responder>,
+    ) -> Result<(Vec<Branch>, Option<Vec<Tensor>>)> {
         let caller = self.peers.get().and_then(std::sync::Weak::upgrade).ok_or_else(|| {
             Error::Unavailable(format!("ensemble '{}': the server is not taking requests between models", self.name))
         })?;
         let needed = self.needed_steps(wanted);
-        let mut tensors: HashMap<String, Tensor> = HashMap::new();
-        for input in &request.inputs {
-            tensors.insert(input.name.clone(), input.clone());
-        }
-        let mut waiting: Vec<usize> = needed.into_iter().collect();
-        let mut running = FuturesUnordered::new();
+        let inputs = request.inputs.iter().map(|input| (input.name.clone(), input.clone())).collect();
+        let mut branches = vec![Branch { parent: None, tensors: inputs, started: BTreeSet::new(), answered: false }];
+        let mut answer = None;
+        let mut running = SelectAll::new();
         loop {
-            let (ready, blocked): (Vec<usize>, Vec<usize>) = waiting
-                .into_iter()
-                .partition(|&s| self.steps[s].inputs.iter().all(|(_, t)| self.available(t, &tensors)));
-            waiting = blocked;
-            for index in ready {
-                let step_request = self.step_request(index, &request, &tensors, wanted);
-                let caller = caller.clone();
-                running.push(async move { (index, caller.infer(step_request).await) });
+            for branch in 0..branches.len() {
+                for &index in &needed {
+                    if !self.can_start(index, branch, &branches) {
+                        continue;
+                    }
+                    branches[branch].started.insert(index);
+                    let step_request =
+                        self.step_request(index, request, |tensor| lookup(&branches, branch, tensor), wanted);
+                    let answers =
+                        caller.infer_stream(step_request).map_err(|e| self.step_failed(&self.steps[index], e))?;
+                    let decoupled = answers.decoupled;
+                    running.push(answers.messages.map(move |message| (branch, index, decoupled, message)));
+                }
             }
-            let Some((index, answer)) = running.next().await else { break };
+            let Some((branch, index, decoupled, Streamed { response, .. })) = running.next().await else { break };
             let step = &self.steps[index];
-            let response = answer.map_err(|e| self.step_failed(step, e))?;
+            let Some(response) = response.map_err(|e| self.step_failed(step, e))? else { continue };
+            // A decoupled step's response starts a lineage; any other step's outputs join its own.
+            let target = match decoupled {
+                true => {
+                    let started = branches[branch].started.clone();
+                    branches.push(Branch { parent: Some(branch), tensors: HashMap::new(), started, answered: false });
+                    branches.len() - 1
+                }
+                false => branch,
+            };
             for output in response.outputs {
                 if let Some((_, tensor)) = step.outputs.iter().find(|(name, _)| *name == output.name) {
-                    tensors.insert(tensor.clone(), Tensor { name: tensor.clone(), ..output });
+                    branches[target].tensors.insert(tensor.clone(), Tensor { name: tensor.clone(), ..output });
+                }
+            }
+            for branch in 0..branches.len() {
+                let Some(outputs) = self.complete(branch, &mut branches, wanted) else { continue };
+                match responder {
+                    Some(responder) => {
+                        if responder.send(Ok(Some(outputs)), false).await.is_err() {
+                            return Ok((branches, None));
+                        }
+                    }
+                    None => answer = answer.or(Some(outputs)),
                 }
             }
         }
-        wanted.iter().map(|name| tensors.remove(name).ok_or_else(|| self.never_produced(name, &tensors))).collect()
+        Ok((branches, answer))
+    }
+
+    /// Whether step `index` can start in `branch`: not started there, every input it reads exists there
+    /// (or is an optional input left out), and one of them is the branch's own (a step on the request's own
+    /// tensors runs once, in the first branch, not again in every lineage).
+    fn can_start(&self, index: usize, branch: usize, branches: &[Branch]) -> bool {
+        let step = &self.steps[index];
+        let at = &branches[branch];
+        !at.started.contains(&index)
+            && step.inputs.iter().all(|(_, t)| self.available(t, lookup(branches, branch, t)))
+            && (at.parent.is_none() || step.inputs.iter().any(|(_, t)| at.tensors.contains_key(t)))
+    }
+
+    /// `branch`'s wanted outputs, once they all exist and one is its own (so that each lineage answers once,
+    /// and the lineages it descends from do not answer for it).
+    fn complete(&self, branch: usize, branches: &mut [Branch], wanted: &[String]) -> Option<Vec<Tensor>> {
+        let at = &branches[branch];
+        if at.answered || (at.parent.is_some() && !wanted.iter().any(|name| at.tensors.contains_key(name))) {
+            return None;
+        }
+        let outputs = wanted.iter().map(|name| lookup(branches, branch, name).cloned()).collect::<Option<Vec<_>>>()?;
+        branches[branch].answered = true;
+        Some(outputs)
     }
 
     /// The steps whose results `wanted` depends on, directly or through other steps.
@@ -111,26 +195,26 @@ impl Ensemble {
         }
     }
 
-    /// Whether `tensor` can be read: it exists, or it is an ensemble input the request left out (an optional
-    /// input, which the step then leaves out too).
-    fn available(&self, tensor: &str, tensors: &HashMap<String, Tensor>) -> bool {
-        tensors.contains_key(tensor) || !self.steps.iter().any(|s| s.outputs.iter().any(|(_, t)| t == tensor))
+    /// Whether `tensor` can be read: it exists (`found`), or it is an ensemble input the request left out (an
+    /// optional input, which the step then leaves out too).
+    fn available(&self, tensor: &str, found: Option<&Tensor>) -> bool {
+        found.is_some() || !self.steps.iter().any(|s| s.outputs.iter().any(|(_, t)| t == tensor))
     }
 
     /// Step `index`'s request: the ensemble tensors it reads under its model's input names, asking for the
     /// outputs that something needs, with the ensemble request's id and parameters.
-    fn step_request(
+    fn step_request<'t>(
         &self,
         index: usize,
         request: &InferenceRequest,
-        tensors: &HashMap<String, Tensor>,
+        tensors: impl Fn(&str) -> Option<&'t Tensor>,
         wanted: &[String],
     ) -> InferenceRequest {
         let step = &self.steps[index];
         let inputs = step
             .inputs
             .iter()
-            .filter_map(|(input, tensor)| tensors.get(tensor).map(|t| Tensor { name: input.clone(), ..t.clone() }))
+            .filter_map(|(input, tensor)| tensors(tensor).map(|t| Tensor { name: input.clone(), ..t.clone() }))
             .collect();
         let requested_outputs = step
             .outputs
@@ -174,4 +258,28 @@ impl Ensemble {
         };
         Error::internal(format!("ensemble '{}' did not produce output '{output}': {reason}", self.name))
     }
+}
+
+/// The tensors of one lineage of a request: the request's own inputs and what the steps on them make (the
+/// first branch), or what one response of a decoupled step holds and the steps after it make.
+struct Branch {
+    /// The lineage this one descends from: its tensors can be read here too.
+    parent: Option<usize>,
+    tensors: HashMap<String, Tensor>,
+    /// Steps started in this lineage (a new lineage inherits its parent's, so nothing runs twice).
+    started: BTreeSet<usize>,
+    /// Whether this lineage's outputs were answered.
+    answered: bool,
+}
+
+/// `tensor` as `branch` sees it: its own, or a lineage's it descends from.
+fn lookup<'b>(branches: &'b [Branch], branch: usize, tensor: &str) -> Option<&'b Tensor> {
+    let mut at = Some(branch);
+    while let Some(index) = at {
+        if let Some(found) = branches[index].tensors.get(tensor) {
+            return Some(found);
+        }
+        at = branches[index].parent;
+    }
+    None
 }

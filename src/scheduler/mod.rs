@@ -73,7 +73,8 @@ impl Scheduler {
     /// models through `peers`.
     pub fn ensemble(config: &ModelConfig, version: i64, signature: Signature, peers: Peers, stats: Arc<Stats>) -> Self {
         let strategy = Strategy::Ensemble(Ensemble::from_config(config, peers));
-        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled: false }
+        let decoupled = model_config::is_decoupled(config);
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled }
     }
 
     /// Checks, schedules and executes one request; every request is counted once, success or failure. A
