@@ -258,6 +258,32 @@ def test_a_send_after_final_and_a_trap_cost_only_their_own_request(server):
         stream.close()
 
 
+def test_a_sender_kept_past_execute_completes_its_request_from_a_later_call(server):
+    stream = Stream(server)
+    try:
+        faults(stream, 6, "kept")
+        # Its first response shows that it has the (one) instance: the next request runs after its call.
+        assert [described(result) for result, _ in stream.take(1)] == [("kept", False, [0])]
+        faults(stream, 7, "later")
+        answers = sorted(described(result) for result, _ in stream.take(2))
+        assert answers == [("kept", True, [6]), ("later", True, [7])]
+    finally:
+        stream.close()
+
+
+def test_an_onnx_model_cannot_be_decoupled(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "model_repository/simple_onnx", repo / "simple_onnx")
+    config = repo / "simple_onnx/config.pbtxt"
+    config.write_text(config.read_text() + "\nmodel_transaction_policy { decoupled: true }\n")
+    s = Server([repo], tmp_path, "--exit-on-error=false").wait_live()
+    try:
+        [entry] = requests.post(s.url("/v2/repository/index"), json={}, timeout=10).json()
+        assert entry["state"] == "UNAVAILABLE" and "cannot serve a decoupled model" in entry["reason"], entry
+    finally:
+        assert s.stop() == 0
+
+
 def cancelled_count(server):
     return server.log().count("client went away after")
 

@@ -186,6 +186,12 @@ impl Runtimes {
                 let (component, mounts) = self.python.component(ctx.version_dir, ctx.config)?;
                 Ok(Arc::new(self.wasm.load(ctx, wasm::ComponentFile::Shared(&component), mounts)?))
             }
+            // A graph answers each request once; it has no way to send more.
+            Some(BackendKind::OnnxRuntime) if crate::model_config::is_decoupled(ctx.config) => Err(
+                "the onnxruntime backend cannot serve a decoupled model (model_transaction_policy { decoupled: true }): \
+                 an ONNX graph answers each request once"
+                    .into(),
+            ),
             Some(BackendKind::OnnxRuntime) => Ok(Arc::new(self.onnx.load(ctx)?)),
             None => {
                 let what = if ctx.config.platform.is_empty() {

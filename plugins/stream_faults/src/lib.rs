@@ -6,13 +6,17 @@
 //! - 2: sends responses until the client goes away (up to a million), then logs how many it sent;
 //! - 3: sends one response, then traps;
 //! - 4: drops the sender without the final flag;
-//! - 5: sends an error response, then a response and the final flag.
+//! - 5: sends an error response, then a response and the final flag;
+//! - 6: sends one response, then keeps the sender and returns;
+//! - 7: completes every request kept by mode 6 (`OUTPUT` = 6, then the final flag), then its own.
 
 use tessera_plugin::{log, Args, DecoupledModel, LogLevel, Request, Response, Sender, Tensor};
 
 struct StreamFaults {
     /// Senders kept past their `execute` call (mode 0).
     kept: Vec<Sender>,
+    /// Senders kept for a later call to complete (mode 6).
+    waiting: Vec<Sender>,
 }
 
 fn numbered(index: i32) -> Response {
@@ -21,7 +25,7 @@ fn numbered(index: i32) -> Response {
 
 impl DecoupledModel for StreamFaults {
     fn initialize(_args: &Args) -> Result<Self, String> {
-        Ok(StreamFaults { kept: Vec::new() })
+        Ok(StreamFaults { kept: Vec::new(), waiting: Vec::new() })
     }
 
     fn execute(&mut self, request: Request, sender: Sender) -> Result<(), String> {
@@ -57,6 +61,16 @@ impl DecoupledModel for StreamFaults {
             5 => {
                 sender.send_error("the first response failed", false)?;
                 sender.send_final(numbered(1))?;
+            }
+            6 => {
+                sender.send(numbered(0))?;
+                self.waiting.push(sender);
+            }
+            7 => {
+                for kept in self.waiting.drain(..) {
+                    kept.send_final(numbered(6))?;
+                }
+                sender.send_final(numbered(7))?;
             }
             other => return Err(format!("unknown MODE {other}")),
         }
