@@ -22,10 +22,10 @@ pub use model::ModelVersion;
 pub use overrides::LoadOverrides;
 pub use record::{ModelRecord, VersionState};
 
-use crate::backends::ModelCaller;
-use crate::error::{Error, Result};
 use futures_util::StreamExt;
 
+use crate::backends::ModelCaller;
+use crate::error::{Error, Result};
 use crate::inference::{InferenceRequest, InferenceResponse, Responder, ResponseStream, Streamed};
 use crate::scheduler;
 

@@ -39,6 +39,18 @@ pub fn tensor_from_wit(state: &mut StoreState, tensor: wit::Tensor) -> wasmtime:
     Ok(Tensor { name: tensor.name, datatype: datatype_from_wit(tensor.datatype), shape: tensor.shape, data })
 }
 
+/// A response's tensors, given to the plugin (a BLS answer): new handles it owns.
+pub fn response_to_wit(state: &mut StoreState, outputs: Vec<Tensor>) -> wasmtime::Result<wit::Response> {
+    let outputs =
+        outputs.into_iter().map(|t| tensor_to_wit(t, |data| state.hold(data))).collect::<wasmtime::Result<_>>()?;
+    Ok(wit::Response { outputs })
+}
+
+/// A response's tensors, taken back from the plugin (an answer it returned or sent).
+pub fn response_from_wit(state: &mut StoreState, response: wit::Response) -> wasmtime::Result<Vec<Tensor>> {
+    response.outputs.into_iter().map(|t| tensor_from_wit(state, t)).collect()
+}
+
 /// A plugin's BLS request to `model` (`version` empty: the newest ready one).
 pub fn request_from_wit(
     state: &mut StoreState,

@@ -3,8 +3,8 @@
 //! `version-directory`, where the instance's model files are.
 
 use super::bindings::tessera::backend::{host, types};
-use super::convert;
 use super::state::StoreState;
+use super::{convert, limits};
 
 impl types::Host for StoreState {}
 
@@ -32,25 +32,12 @@ impl host::Host for StoreState {
         let Some(caller) = self.caller() else {
             return Ok(Err("the server is not accepting calls between models yet".into()));
         };
-        let call = caller.infer(request);
-        // The plugin's own deadline cannot fire while the host awaits (no guest code runs to see the epoch),
-        // so the wait is bounded here; otherwise a model calling itself would wait for itself forever.
-        let answer = match self.deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), call).await {
-                Ok(answer) => answer,
-                Err(_) => return Ok(Err(format!("'{model}' did not answer before this plugin's execute timeout"))),
-            },
-            None => call.await,
+        // Bounded, or a model calling itself would wait for itself forever.
+        let Some(answer) = limits::by_deadline(self.deadline, caller.infer(request)).await else {
+            return Ok(Err(format!("'{model}' did not answer before this plugin's execute timeout")));
         };
         match answer {
-            Ok(response) => {
-                let outputs = response
-                    .outputs
-                    .into_iter()
-                    .map(|t| convert::tensor_to_wit(t, |data| self.hold(data)))
-                    .collect::<wasmtime::Result<_>>()?;
-                Ok(Ok(types::Response { outputs }))
-            }
+            Ok(response) => Ok(Ok(convert::response_to_wit(self, response.outputs)?)),
             Err(e) => Ok(Err(e.to_string())),
         }
     }

@@ -135,14 +135,15 @@ fn end_open_requests_at(
     limits: &limits::Limits,
 ) {
     let Some(deadline) = deadline else { return };
+    let error = Error::internal(format!(
+        "model '{label}': the plugin did not send the final response within its execute timeout of {}",
+        limits.describe_timeout()
+    ));
     for responder in responders.into_iter().flatten().filter(|r| !r.is_complete()) {
-        let message = format!(
-            "model '{label}': the plugin did not send the final response within its execute timeout of {}",
-            limits.describe_timeout()
-        );
+        let error = error.clone();
         tokio::spawn(async move {
             tokio::time::sleep_until(deadline.into()).await;
-            responder.fail(Error::internal(message)).await;
+            responder.fail(error).await;
         });
     }
 }
@@ -154,10 +155,6 @@ fn response_from_wit(
     result: std::result::Result<bindings::tessera::backend::types::Response, String>,
 ) -> Result<Vec<Tensor>> {
     let response = result.map_err(|message| Error::internal(format!("model '{label}': {message}")))?;
-    response
-        .outputs
-        .into_iter()
-        .map(|t| convert::tensor_from_wit(state, t))
-        .collect::<wasmtime::Result<_>>()
+    convert::response_from_wit(state, response)
         .map_err(|e| Error::internal(format!("model '{label}': the plugin returned a tensor it does not own: {e:#}")))
 }

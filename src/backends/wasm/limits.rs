@@ -132,6 +132,16 @@ pub fn deadline(limits: &Limits) -> Option<Instant> {
     limits.execute_timeout.map(|timeout| Instant::now() + timeout)
 }
 
+/// Waits for `work` no later than `deadline` (`None`: no limit); `None` when the deadline came first. The
+/// plugin's own deadline cannot fire while the host waits in one of its calls (no guest code runs to see the
+/// epoch), so every host call that waits (BLS, a send to a slow client) is bounded with this.
+pub async fn by_deadline<T>(deadline: Option<Instant>, work: impl std::future::Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work).await.ok(),
+        None => Some(work.await),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -13,8 +13,8 @@ use futures_util::StreamExt;
 use wasmtime::component::Resource;
 
 use super::bindings::tessera::backend::{streaming, types};
-use super::convert;
 use super::state::StoreState;
+use super::{convert, limits};
 use crate::error::Error;
 use crate::inference::{Responder, SendError, Streamed};
 
@@ -69,30 +69,15 @@ impl streaming::HostResponseStream for StoreState {
         // Taken out of the table while waiting (the store cannot stay borrowed across the wait); put back
         // unless that was the last response.
         let Some(mut messages) = self.table.get_mut(&handle)?.0.take() else { return Ok(None) };
-        let next = messages.next();
-        // As for BLS `infer`: the plugin's own deadline cannot fire while the host waits.
-        let message = match self.deadline {
-            Some(deadline) => match tokio::time::timeout_at(deadline.into(), next).await {
-                Ok(message) => message,
-                Err(_) => {
-                    return Ok(Some(Err("the callee did not answer before this plugin's execute timeout".into())))
-                }
-            },
-            None => next.await,
+        let Some(message) = limits::by_deadline(self.deadline, messages.next()).await else {
+            return Ok(Some(Err("the callee did not answer before this plugin's execute timeout".into())));
         };
         let Some(Streamed { response, last }) = message else { return Ok(None) };
         if !last {
             self.table.get_mut(&handle)?.0 = Some(messages);
         }
         Ok(Some(match response {
-            Ok(response) => {
-                let outputs = response.map(|r| r.outputs).unwrap_or_default();
-                let outputs = outputs
-                    .into_iter()
-                    .map(|t| convert::tensor_to_wit(t, |data| self.hold(data)))
-                    .collect::<wasmtime::Result<_>>()?;
-                Ok(types::Response { outputs })
-            }
+            Ok(response) => Ok(convert::response_to_wit(self, response.map(|r| r.outputs).unwrap_or_default())?),
             Err(e) => Err(e.to_string()),
         }))
     }
@@ -111,16 +96,7 @@ impl streaming::HostResponseSender for StoreState {
         last: bool,
     ) -> wasmtime::Result<Result<(), String>> {
         let responder = self.table.get(&handle)?.0.clone();
-        let outputs = match response {
-            Some(response) => Some(
-                response
-                    .outputs
-                    .into_iter()
-                    .map(|t| convert::tensor_from_wit(self, t))
-                    .collect::<wasmtime::Result<Vec<_>>>()?,
-            ),
-            None => None,
-        };
+        let outputs = response.map(|response| convert::response_from_wit(self, response)).transpose()?;
         Ok(deliver(&responder, self.deadline, Ok(outputs), last).await)
     }
 
@@ -145,21 +121,15 @@ impl streaming::HostResponseSender for StoreState {
     }
 }
 
-/// Sends one message, waiting for room in the buffer no later than the plugin's deadline (the plugin's own
-/// deadline cannot fire while the host waits: no guest code runs to see the epoch).
+/// Sends one message, waiting for room in the buffer no later than the plugin's deadline.
 async fn deliver(
     responder: &Responder,
     deadline: Option<Instant>,
     outputs: crate::error::Result<Option<Vec<crate::tensor::Tensor>>>,
     last: bool,
 ) -> Result<(), String> {
-    let send = responder.send(outputs, last);
-    let sent = match deadline {
-        Some(deadline) => match tokio::time::timeout_at(deadline.into(), send).await {
-            Ok(sent) => sent,
-            Err(_) => return Err("the client did not take the response before this plugin's execute timeout".into()),
-        },
-        None => send.await,
+    let Some(sent) = limits::by_deadline(deadline, responder.send(outputs, last)).await else {
+        return Err("the client did not take the response before this plugin's execute timeout".into());
     };
     sent.map_err(|e: SendError| e.to_string())
 }
