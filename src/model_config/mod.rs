@@ -5,6 +5,7 @@
 
 pub mod ensemble;
 mod json;
+pub mod sequence;
 mod text;
 mod validate;
 

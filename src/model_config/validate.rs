@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 
-use super::{ensemble, line_of, ModelConfig};
+use super::{ensemble, line_of, sequence, ModelConfig};
 use crate::error::LoadResult;
 use crate::model_files;
 use crate::proto::inference::{
@@ -73,6 +73,17 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
     check_priority_levels(config).map_err(|e| format!("{}: {e}", at("priority_levels", 0)))?;
     check_model_file_name(config, text, origin)?;
     check_instance_count(config).map_err(|e| format!("{}: {e}", at("instance_group", 0)))?;
+    if config.sequence_batching().is_some() {
+        let named = ModelConfig { name: model_name.to_string(), ..config.clone() };
+        sequence::settings(&named).map_err(|e| format!("{}: {e}", at("sequence_batching", 0)))?;
+        if super::is_decoupled(config) {
+            return Err(format!(
+                "{}: sequence batching of a decoupled model is not supported by this server yet",
+                at("sequence_batching", 0)
+            )
+            .into());
+        }
+    }
     if ensemble::is_ensemble(config) {
         ensemble::validate(config).map_err(|e| format!("{}: {e}", at("ensemble_scheduling", 0)))?;
     }

@@ -25,6 +25,7 @@ pub struct Metrics {
     compute_infer_us: IntCounterVec,
     compute_output_us: IntCounterVec,
     pending: IntGaugeVec,
+    sequences: IntGaugeVec,
     batch_size: HistogramVec,
 }
 
@@ -46,6 +47,15 @@ impl Metrics {
         )
         .expect("valid metric definition");
         registry.register(Box::new(pending.clone())).expect("registered once");
+        let sequences = IntGaugeVec::new(
+            Opts::new(
+                "tessera_sequence_active",
+                "Sequences of a model with sequence batching that hold an instance slot or wait for one.",
+            ),
+            &LABELS,
+        )
+        .expect("valid metric definition");
+        registry.register(Box::new(sequences.clone())).expect("registered once");
         let buckets = vec![1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0];
         let batch_size = HistogramVec::new(
             HistogramOpts::new(
@@ -104,6 +114,7 @@ impl Metrics {
                 "Cumulative inference compute output duration in microseconds",
             ),
             pending,
+            sequences,
             batch_size,
             registry,
         }
@@ -124,6 +135,7 @@ impl Metrics {
             compute_infer_us: self.compute_infer_us.with_label_values(&labels),
             compute_output_us: self.compute_output_us.with_label_values(&labels),
             pending: self.pending.with_label_values(&labels),
+            sequences: self.sequences.with_label_values(&labels),
             batch_size: self.batch_size.with_label_values(&labels),
         }
     }
@@ -153,6 +165,8 @@ pub struct ModelMetrics {
     compute_infer_us: IntCounter,
     compute_output_us: IntCounter,
     pub pending: IntGauge,
+    /// Live sequences (sequence batching only).
+    pub sequences: IntGauge,
     batch_size: Histogram,
 }
 

@@ -70,6 +70,11 @@ impl Stats {
         }
     }
 
+    /// The gauge of live sequences, which the sequence batcher keeps.
+    pub fn sequences(&self) -> &prometheus::IntGauge {
+        &self.metrics.sequences
+    }
+
     /// A request was accepted; it is pending until `finished`.
     pub fn started(&self) {
         self.pending.fetch_add(1, Ordering::Relaxed);

@@ -99,7 +99,7 @@ impl ModelVersion {
     ) -> LoadResult<Self> {
         let signature = Signature::from_config(&config)?.with_labels(labels);
         let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
-        let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats);
+        let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats)?;
         Ok(Self::assemble(config, version, signature, scheduler))
     }
 

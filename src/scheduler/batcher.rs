@@ -312,7 +312,7 @@ impl Loop {
 }
 
 /// Same inputs in the same order, each with the same data type and the same shape past the batch dimension.
-fn compatible(a: &InferenceRequest, b: &InferenceRequest) -> bool {
+pub(super) fn compatible(a: &InferenceRequest, b: &InferenceRequest) -> bool {
     a.inputs.len() == b.inputs.len()
         && a.inputs
             .iter()
@@ -344,7 +344,7 @@ async fn execute(pool: Arc<InstancePool>, stats: Arc<Stats>, reservation: Reserv
 /// One request carrying every request's inputs, concatenated along the batch dimension. The requested
 /// outputs are all of them (each request then keeps its own); the first request's id and parameters stand
 /// for the batch.
-fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
+pub(super) fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
     let first = requests[0];
     if requests.len() == 1 {
         return InferenceRequest { requested_outputs: Vec::new(), ..first.clone() };
@@ -367,7 +367,7 @@ fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
 }
 
 /// Splits each output along the batch dimension, `rows[i]` rows for request i.
-fn split(outputs: Vec<Tensor>, rows: &[u64]) -> Vec<Result<Vec<Tensor>>> {
+pub(super) fn split(outputs: Vec<Tensor>, rows: &[u64]) -> Vec<Result<Vec<Tensor>>> {
     let total: u64 = rows.iter().sum();
     let mut per_request: Vec<Vec<Tensor>> = rows.iter().map(|_| Vec::with_capacity(outputs.len())).collect();
     for output in outputs {

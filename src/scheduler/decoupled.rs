@@ -42,8 +42,8 @@ impl Scheduler {
                 let wanted = self.signature.output_names(&request.requested_outputs);
                 (ensemble.run_decoupled(request, &wanted, &responder).await.map(|()| Vec::new()), Default::default())
             }
-            (Strategy::Dynamic(..), Ok(())) => {
-                let message = format!("model '{}' is decoupled but scheduled by the dynamic batcher", self.name);
+            (Strategy::Dynamic(..) | Strategy::Sequence(..), Ok(())) => {
+                let message = format!("model '{}' is decoupled but scheduled by a batcher", self.name);
                 (Err(Error::internal(message)), Default::default())
             }
         };

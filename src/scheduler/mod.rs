@@ -3,7 +3,8 @@
 //! keeps the outputs the request asked for (ranked into classes where it asks), and records the request's
 //! statistics, all in one place. The strategies sit side by side behind `Scheduler::infer`: `Direct` (each request waits for an idle instance
 //! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
-//! `Ensemble` (the `ensemble` runs steps over other models); the sequence batcher is the next one. Decoupled
+//! `Ensemble` (the `ensemble` runs steps over other models) and `Sequence` (the `sequence` batcher keeps each
+//! sequence on one instance, in order, with its controls and states). Decoupled
 //! models, whose requests have many responses, run each request alone (`decoupled`).
 
 pub mod batcher;
@@ -11,6 +12,7 @@ mod decoupled;
 mod ensemble;
 mod pool;
 pub mod queue;
+mod sequence;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -19,7 +21,7 @@ pub use decoupled::responses;
 pub use pool::{InstancePool, Reservation};
 
 use crate::backends::{Instance, Peers};
-use crate::error::{Error, Result};
+use crate::error::{Error, LoadResult, Result};
 use crate::inference::{classification, InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::observability::stats::{Stats, Timing};
@@ -27,6 +29,7 @@ use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
 use batcher::Batcher;
 use ensemble::Ensemble;
+use sequence::Sequencer;
 
 /// How a model version runs its requests.
 enum Strategy {
@@ -36,6 +39,8 @@ enum Strategy {
     Dynamic(Batcher, Arc<InstancePool>),
     /// Steps over other models (`platform: "ensemble"`); no instances of its own.
     Ensemble(Ensemble),
+    /// Triton's sequence batcher, over one pool per instance (a sequence stays on its instance).
+    Sequence(Sequencer, Vec<Arc<InstancePool>>),
 }
 
 /// The scheduler of one model version.
@@ -59,14 +64,25 @@ impl Scheduler {
         signature: Signature,
         instances: Vec<Box<dyn Instance>>,
         stats: Arc<Stats>,
-    ) -> Self {
-        let pool = Arc::new(InstancePool::new(&format!("{}:{version}", config.name), instances));
+    ) -> LoadResult<Self> {
+        let label = format!("{}:{version}", config.name);
         let decoupled = model_config::is_decoupled(config);
-        let strategy = match batcher::Policy::from_config(config).filter(|_| !decoupled) {
-            Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone()), pool),
-            None => Strategy::Direct(pool),
+        let strategy = if let Some(settings) = model_config::sequence::settings(config)? {
+            let lanes: Vec<Arc<InstancePool>> = instances
+                .into_iter()
+                .enumerate()
+                .map(|(i, instance)| Arc::new(InstancePool::new(&format!("{label}/{i}"), vec![instance])))
+                .collect();
+            let sequencer = Sequencer::start(runtime, &config.name, settings, lanes.clone(), stats.clone());
+            Strategy::Sequence(sequencer, lanes)
+        } else {
+            let pool = Arc::new(InstancePool::new(&label, instances));
+            match batcher::Policy::from_config(config).filter(|_| !decoupled) {
+                Some(policy) => Strategy::Dynamic(Batcher::start(runtime, policy, pool.clone(), stats.clone()), pool),
+                None => Strategy::Direct(pool),
+            }
         };
-        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled }
+        Ok(Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled })
     }
 
     /// The scheduler of an ensemble (`config` is a validated ensemble config): its steps reach the composing
@@ -99,8 +115,14 @@ impl Scheduler {
 
     /// Finishes in-flight requests and finalises every instance.
     pub async fn shutdown(&self) {
-        if let Strategy::Direct(pool) | Strategy::Dynamic(_, pool) = &self.strategy {
-            pool.shutdown().await;
+        match &self.strategy {
+            Strategy::Direct(pool) | Strategy::Dynamic(_, pool) => pool.shutdown().await,
+            Strategy::Sequence(_, lanes) => {
+                for pool in lanes {
+                    pool.shutdown().await;
+                }
+            }
+            Strategy::Ensemble(_) => {}
         }
     }
 
@@ -120,6 +142,10 @@ impl Scheduler {
         let (result, queue) = match &self.strategy {
             Strategy::Dynamic(batcher, _) => {
                 let answer = batcher.submit(request, batch_size, wishes).await;
+                (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
+            }
+            Strategy::Sequence(sequencer, _) => {
+                let answer = sequencer.submit(request, batch_size).await;
                 (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
             }
             Strategy::Direct(pool) => self.execute_alone(pool, request, &requested, batch_size).await,

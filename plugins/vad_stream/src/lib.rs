@@ -1,4 +1,4 @@
-//! Speech segments streamed out of audio: a decoupled model that runs the `silero_vad` model over `AUDIO`
+//! Speech segments streamed out of audio: a decoupled model that runs the `silero_vad_frame` model over `AUDIO`
 //! (FP32 samples at 16 kHz) one 32 ms frame at a time, through BLS, and sends each speech segment as soon as
 //! it is over, as a response with `START` and `END` in seconds. A segment still open when the audio ends
 //! ends there.
@@ -72,9 +72,9 @@ fn score(frame: &[f32], state: &[f32]) -> Result<(f32, Vec<f32>), String> {
         Tensor::new("state", [2, 1, 128], state),
         Tensor::new("sr", [1], &[RATE as i64]),
     ];
-    let response = infer("silero_vad", Request::new(inputs))?;
+    let response = infer("silero_vad_frame", Request::new(inputs))?;
     let probability =
-        response.output("output")?.values::<f32>()?.first().copied().ok_or("silero_vad gave no output")?;
+        response.output("output")?.values::<f32>()?.first().copied().ok_or("silero_vad_frame gave no output")?;
     Ok((probability, response.output("stateN")?.values::<f32>()?))
 }
 

@@ -78,6 +78,11 @@ impl OnnxRuntime {
             options,
             label: format!("{}:{}", ctx.model, ctx.version),
             signature: Signature::from_config(ctx.config)?,
+            state_outputs: ctx
+                .config
+                .sequence_batching()
+                .map(|s| s.state.iter().map(|state| state.output_name.clone()).collect())
+                .unwrap_or_default(),
             batching: ctx.config.max_batch_size > 0,
             reshape: ctx
                 .config
@@ -264,6 +269,9 @@ struct Shared {
     options: SessionOptions,
     label: String,
     signature: Signature,
+    /// The implicit states' outputs (`sequence_batching { state }`): produced for the sequence batcher,
+    /// which feeds them back, beside the configured outputs.
+    state_outputs: Vec<String>,
     batching: bool,
     /// Inputs with a `reshape`: the shape (without batch dimension) the graph expects.
     reshape: HashMap<String, Vec<i64>>,
@@ -346,7 +354,9 @@ fn run(session: &mut Session, shared: &Shared, request: &InferenceRequest) -> Re
     let mut outputs = session.run(inputs).map_err(|e| fail(e.to_string()))?;
     output_names
         .iter()
-        .filter(|name| shared.signature.outputs.iter().any(|s| &s.name == *name))
+        .filter(|name| {
+            shared.signature.outputs.iter().any(|s| &s.name == *name) || shared.state_outputs.contains(*name)
+        })
         .map(|name| {
             let value = outputs.remove(name.as_str()).ok_or_else(|| fail(format!("no value for output '{name}'")))?;
             let mut tensor = convert::from_ort(name, value).map_err(fail)?;

@@ -156,9 +156,9 @@ fn parameters_from_proto(parameters: HashMap<String, InferParameter>) -> Result<
                 Some(ParameterChoice::Int64Param(i)) => Parameter::Int(i),
                 Some(ParameterChoice::StringParam(s)) => Parameter::String(s),
                 Some(ParameterChoice::DoubleParam(d)) => Parameter::Double(d),
-                Some(ParameterChoice::Uint64Param(u)) => Parameter::Int(
-                    i64::try_from(u).map_err(|_| Error::invalid(format!("parameter '{key}': {u} is too large")))?,
-                ),
+                // The 64 bits are kept: `sequence_id` reads them back as unsigned, other parameters refuse
+                // a value past i64::MAX as negative.
+                Some(ParameterChoice::Uint64Param(u)) => Parameter::Int(u as i64),
                 None => return Err(Error::invalid(format!("parameter '{key}' has no value"))),
             };
             Ok((key, parameter))

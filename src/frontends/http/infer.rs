@@ -214,9 +214,12 @@ pub(super) fn parameter_from_json(key: &str, value: Value) -> Result<Parameter> 
     Ok(match value {
         Value::Bool(b) => Parameter::Bool(b),
         Value::String(s) => Parameter::String(s),
-        Value::Number(n) => match n.as_i64() {
-            Some(i) => Parameter::Int(i),
-            None => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
+        // An integer past i64::MAX keeps its 64 bits (as the gRPC frontend does): `sequence_id` reads them
+        // back as unsigned.
+        Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Parameter::Int(i),
+            (None, Some(u)) => Parameter::Int(u as i64),
+            _ => Parameter::Double(n.as_f64().unwrap_or(f64::NAN)),
         },
         other => {
             return Err(Error::invalid(format!("parameter '{key}' must be a bool, number or string, got {other}")))
