@@ -4,8 +4,11 @@ print a verdict must print PASS. The model-control examples count the models in 
 HTTP, eight for gRPC) and reload `simple` with a config override of `max_batch_size` alone, so each runs
 against a repository of that many models in explicit mode, as Triton's own tests run them.
 
-Not here yet: `reuse_infer_objects_client.py` (it unregisters system shared memory, #21), the sequence and
-shared-memory examples (#20, #21)."""
+The sequence examples run twice: as they are (`simple_sequence`) and with `-d` (the dynamic-sequence models
+`simple_dyna_sequence` and `simple_string_dyna_sequence`).
+
+Not here yet: `reuse_infer_objects_client.py` (it unregisters system shared memory, #21) and the
+shared-memory examples (#21)."""
 
 import pathlib
 import shutil
@@ -37,6 +40,12 @@ SERVED = [
     ("simple_http_string_infer_client.py", "http", []),
     ("simple_grpc_string_infer_client.py", "grpc", []),
     ("simple_grpc_custom_repeat.py", "grpc", []),
+    *((script, protocol, arguments)
+      for script, protocol in (("simple_http_sequence_sync_infer_client.py", "http"),
+                               ("simple_grpc_sequence_sync_infer_client.py", "grpc"),
+                               ("simple_grpc_sequence_stream_infer_client.py", "grpc"),
+                               ("simple_grpc_aio_sequence_stream_infer_client.py", "grpc"))
+      for arguments in ([], ["-d"])),
 ]
 
 
@@ -50,7 +59,8 @@ def run_example(script, url, *arguments):
     return output
 
 
-@pytest.mark.parametrize("script,protocol,arguments", SERVED, ids=[f"{s}-{p}" for s, p, _ in SERVED])
+@pytest.mark.parametrize("script,protocol,arguments", SERVED,
+                         ids=[f"{s}-{p}{''.join(a)}" for s, p, a in SERVED])
 def test_example_client_passes_against_the_default_repository(default_server, script, protocol, arguments):
     url = default_server.http_url if protocol == "http" else default_server.grpc_url
     run_example(script, url, *arguments)

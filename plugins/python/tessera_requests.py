@@ -46,9 +46,17 @@ class InferenceRequest:
     @classmethod
     def _wrap(cls, wit_request, index):
         parameters = {key: value.value for key, value in wit_request.parameters}
+        # The sequence parameters, as Triton's python backend gives them: the correlation id and the flags. In a
+        # batch the sequence batcher formed, they are those of its first request (each row's own id is in the
+        # CORRID control input, where the config asks for one).
+        flags = (TRITONSERVER_REQUEST_FLAG_SEQUENCE_START if parameters.get("sequence_start") is True else 0) | (
+            TRITONSERVER_REQUEST_FLAG_SEQUENCE_END if parameters.get("sequence_end") is True else 0)
+        correlation_id = parameters.get("sequence_id", 0)
+        if isinstance(correlation_id, int) and correlation_id < 0:
+            correlation_id += 1 << 64  # the server carries an unsigned id in a signed 64-bit parameter
         request = cls(inputs=[Tensor._wrap(t) for t in wit_request.inputs],
                       requested_output_names=wit_request.requested_outputs, request_id=wit_request.id,
-                      parameters=parameters)
+                      parameters=parameters, correlation_id=correlation_id, flags=flags)
         request._index = index
         return request
 
