@@ -31,3 +31,7 @@ bench-python *ARGS:
 # Decoupled models over gRPC streams against Triton: responses per second, time to the first response.
 bench-streaming *ARGS:
     scripts/dev bench-streaming {{ARGS}}
+
+# Sequence batching against Triton: simple_sequence under perf_analyzer --sequence-length, silero_vad streams.
+bench-sequences *ARGS:
+    scripts/dev bench-sequences {{ARGS}}

@@ -182,14 +182,15 @@ WINDOW_REQUESTS = 20000
 
 
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None,
-                  window_requests=WINDOW_REQUESTS, streaming=False):
+                  window_requests=WINDOW_REQUESTS, streaming=False, sequence_length=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
     (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size;
     `window_requests`: the requests per window when a run is measured again in count windows (a slow model
     needs fewer, to finish a window within the attempt's time); `streaming`: over a gRPC stream, for decoupled
     models: the throughput is then responses per second, and the latencies are to each request's first
-    response."""
+    response; `sequence_length`: for a sequence model, the requests per sequence (each concurrent slot runs
+    one sequence at a time)."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
@@ -201,6 +202,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
             command += ["--shape", shape]
         if streaming:
             command += ["--streaming"]
+        if sequence_length:
+            command += ["--sequence-length", str(sequence_length)]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
         windows = ["--measurement-interval", str(measurement_ms)]
         # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is

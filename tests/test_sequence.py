@@ -43,6 +43,32 @@ class TritonPythonModel:
         return responses
 '''
 
+BLS_MODEL = b'''
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Forwards each step to simple_dyna_sequence under the sequence's own id and flags (BLS)."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            value = pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy().reshape(1, 1)
+            call = pb_utils.InferenceRequest(model_name="simple_dyna_sequence", inputs=[pb_utils.Tensor("INPUT", value)],
+                                             requested_output_names=["OUTPUT"], correlation_id=request.correlation_id(),
+                                             flags=request.flags())
+            answer = call.exec()
+            if answer.has_error():
+                responses.append(pb_utils.InferenceResponse(error=answer.error()))
+                continue
+            output = pb_utils.get_output_tensor_by_name(answer, "OUTPUT").as_numpy().reshape(1)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", output)]))
+        return responses
+'''
+
+BLS_CONFIG = ('backend: "python"\nmax_batch_size: 0\nsequence_batching { }\n'
+              + tensor_config("input", "INPUT", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]))
+
 CONTROLS_CONFIG = """backend: "python"
 max_batch_size: 0
 sequence_batching {
@@ -90,6 +116,7 @@ def sequence_server(tmp_path_factory, component_cache):
     add_model(repo, "one_slot", variant("one_slot", ("max_batch_size: 8", "max_batch_size: 1")), files=graph)
     add_model(repo, "reloadable", variant("reloadable"), files=graph)
     add_model(repo, "controls", CONTROLS_CONFIG, files={"model.py": CONTROLS_MODEL})
+    add_model(repo, "bls_sequence", BLS_CONFIG, files={"model.py": BLS_MODEL})
     server = Server([repo], tmp, "--model-control-mode=explicit", "--load-model=*", cache_dir=component_cache)
     server.wait_live(timeout=600)
     yield server
@@ -219,6 +246,18 @@ def test_controls_and_state_reach_a_python_model(sequence_server, protocol):
     assert (last["TOTAL"], last["END_SEEN"], last["FLAGS"]) == (10, True, 2)
     # The state starts from zeros again with the next sequence of the same id.
     assert step(2, sequence_start=True, sequence_end=True)["TOTAL"] == 2
+
+
+def test_a_python_model_calls_a_sequence_model_under_its_own_sequence(sequence_server):
+    """BLS requests carry `correlation_id` and `flags` (InferenceRequest's arguments, as in Triton)."""
+    client = httpclient.InferenceServerClient(sequence_server.http_url)
+
+    def step(value, **flags):
+        tensor = httpclient.InferInput("INPUT", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+        return int(client.infer("bls_sequence", [tensor], sequence_id=4242, **flags).as_numpy("OUTPUT")[0])
+
+    assert [step(5, sequence_start=True), step(3), step(1, sequence_end=True)] == [6, 3, 1 + 4242]
 
 
 def test_oldest_batches_steps_of_different_sequences(sequence_server):

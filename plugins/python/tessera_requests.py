@@ -96,6 +96,19 @@ class InferenceRequest:
     def model_name(self):
         return self._model
 
+    def _sequence_parameters(self):
+        """The parameters a BLS request carries: its own, and its correlation id and sequence flags as the
+        server reads them (`sequence_id`; an unsigned id past 2**63 goes in the signed 64 bits)."""
+        parameters = dict(self._parameters)
+        correlation_id = self._correlation_id
+        if correlation_id not in (0, "", None):
+            if isinstance(correlation_id, int) and correlation_id >= 1 << 63:
+                correlation_id -= 1 << 64
+            parameters["sequence_id"] = correlation_id
+            parameters["sequence_start"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_START)
+            parameters["sequence_end"] = bool(self._flags & TRITONSERVER_REQUEST_FLAG_SEQUENCE_END)
+        return parameters
+
     def model_version(self):
         return self._version
 
@@ -112,7 +125,7 @@ class InferenceRequest:
         an iterator over its responses; the last one may have no outputs, as in Triton."""
         version = "" if self._version in (-1, None, "") else str(self._version)
         request = types.Request(self._id, [t._to_wit() for t in self._inputs], self._outputs,
-                                [(k, _parameter(v)) for k, v in self._parameters.items()])
+                                [(k, _parameter(v)) for k, v in self._sequence_parameters().items()])
         if decoupled:
             try:
                 return _responses(streaming.infer_stream(self._model, version, request))

@@ -1,0 +1,109 @@
+"""Sequence batching against the real Triton, in one run on this machine: perf_analyzer `--sequence-length`
+over gRPC, sequences of 20 requests, at concurrency 1, 4 and 16.
+
+Three sides on `simple_sequence` (OUTPUT = (INPUT + START) * READY, the direct strategy), interleaved trial by
+trial so that machine drift hits all of them: Tessera serving Triton's example graph with ONNX Runtime
+(model_repository/simple_sequence), Tessera serving the same model written as Triton users write a python
+model (bench/triton_sequence/model.py), and Triton 2.51's python backend serving that same file (this
+Triton has no ONNX Runtime backend). Then Tessera alone on `silero_vad` (implicit state, the oldest strategy)
+with 32 concurrent streams of 512-sample chunks: chunks per second and the p99 per chunk.
+
+Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-sequences`.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+
+from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
+
+SIDES = ("tessera onnx", "tessera python", "triton python")
+LENGTH = 20
+VAD_STREAMS = 32
+
+
+def python_sequence(repo):
+    """`repo/simple_sequence_python`: simple_sequence's config served by bench/triton_sequence/model.py."""
+    directory = repo / "simple_sequence_python"
+    (directory / "1").mkdir(parents=True)
+    config = (ROOT / "model_repository/simple_sequence/config.pbtxt").read_text()
+    kept = [line for line in config.splitlines() if not line.startswith("#")]
+    text = "\n".join(kept).replace('name: "simple_sequence"', 'name: "simple_sequence_python"')
+    (directory / "config.pbtxt").write_text(text.replace('platform: "onnxruntime_onnx"', 'backend: "python"') + "\n")
+    shutil.copy(ROOT / "bench/triton_sequence/model.py", directory / "1" / "model.py")
+    if repo.name == "triton":
+        # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
+        for entry in ("numpy", "numpy.libs"):
+            (directory / entry).symlink_to(NUMPY / entry)
+
+
+def vad_input_data():
+    """perf_analyzer's input file for silero_vad: one chunk of a 440 Hz tone."""
+    import math
+
+    path = CACHE / "vad_input.json"
+    chunk = [round(0.3 * math.sin(2 * math.pi * 440 * i / 16000), 6) for i in range(512)]
+    path.write_text(json.dumps({"data": [{"chunk": {"content": chunk, "shape": [512]}}]}))
+    return str(path)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    args = parser.parse_args()
+    repos = CACHE / "repos" / "sequences"
+    shutil.rmtree(repos, ignore_errors=True)
+    tessera_repo, triton_repo = repos / "tessera", repos / "triton"
+    for model in ("simple_sequence", "silero_vad"):
+        shutil.copytree(ROOT / "model_repository" / model, tessera_repo / model)
+    python_sequence(tessera_repo)
+    python_sequence(triton_repo)
+    tessera, triton = tessera_server(tessera_repo, TESSERA), triton_server(triton_repo)
+    sides = {"tessera onnx": (tessera, "simple_sequence"), "tessera python": (tessera, "simple_sequence_python"),
+             "triton python": (triton, "simple_sequence_python")}
+    rows = []
+    try:
+        for server in (tessera, triton):
+            print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
+        for concurrency in (1, 4, 16):
+            runs = interleaved(args.trials, lambda side: perf_analyzer(
+                sides[side][0], "grpc", concurrency, args.measurement_ms, model=sides[side][1],
+                sequence_length=LENGTH), names=SIDES)
+            rows.append((concurrency, runs))
+        vad = [perf_analyzer(tessera, "grpc", VAD_STREAMS, args.measurement_ms, model="silero_vad",
+                             input_data=vad_input_data(), sequence_length=100) for _ in range(args.trials)]
+    finally:
+        tessera.stop()
+        triton.stop()
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    lines = [f"Sequence batching over gRPC, {stamp} ({os.cpu_count()} cores, `scripts/dev bench-sequences`, "
+             f"{args.trials} interleaved trials of {args.measurement_ms} ms): perf_analyzer `--sequence-length "
+             f"{LENGTH}` on simple_sequence; medians, ratios = medians of per-trial ratios against Triton's python "
+             "backend.", "",
+             "| concurrency | side | infer/s | vs Triton | p50 µs | vs Triton | p99 µs |",
+             "|---|---|---|---|---|---|---|"]
+    for concurrency, runs in rows:
+        theirs = runs["triton python"]
+        for side in SIDES:
+            ours = runs[side]
+            versus = lambda i: "" if side == "triton python" else f"{ratio([r[i] for r in ours], [r[i] for r in theirs]):.2f}"
+            lines.append(f"| {concurrency} | {side} | {statistics.median(r[0] for r in ours):.0f} | {versus(0)} | "
+                         f"{statistics.median(r[1] for r in ours):.0f} | {versus(1)} | {statistics.median(r[2] for r in ours):.0f} |")
+    lines += ["", f"silero_vad (Tessera, ONNX Runtime, implicit state, oldest strategy), {VAD_STREAMS} concurrent "
+              f"streams of 100 chunks: {statistics.median(r[0] for r in vad):.0f} chunks/s (32 ms of audio each), "
+              f"p50 {statistics.median(r[1] for r in vad):.0f} µs, p99 {statistics.median(r[2] for r in vad):.0f} µs "
+              "per chunk."]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"sequences-{stamp}.md").write_text(text + "\n")
+    (RESULTS / f"sequences-{stamp}.json").write_text(json.dumps({"rows": rows, "silero_vad": vad}))
+
+
+if __name__ == "__main__":
+    main()
