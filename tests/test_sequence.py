@@ -93,6 +93,30 @@ output [
 """
 
 
+ACCUMULATOR_MODEL = b'''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            total = (pb_utils.get_input_tensor_by_name(request, "COUNT").as_numpy()
+                     + pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()).astype(np.int32)
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("TOTAL", total),
+                                                         pb_utils.Tensor("COUNT_OUT", total)]))
+        return responses
+'''
+
+
+def accumulator_config(initial):
+    """A Python model summing INPUT (INT32 [2]) into the state COUNT, which starts as `initial` says."""
+    return ('backend: "python"\nmax_batch_size: 0\nsequence_batching {\n'
+            f'  state [ {{ input_name: "COUNT" output_name: "COUNT_OUT" data_type: TYPE_INT32 dims: [ -1 ] {initial} }} ]\n}}\n'
+            + tensor_config("input", "INPUT", "TYPE_INT32", [2]) + tensor_config("output", "TOTAL", "TYPE_INT32", [2]))
+
+
 def variant(name, *replacements):
     """simple_sequence's config under another name, with (old, new) text replacements."""
     config = SIMPLE_SEQUENCE.replace('name: "simple_sequence"', f'name: "{name}"')
@@ -117,7 +141,15 @@ def sequence_server(tmp_path_factory, component_cache):
     add_model(repo, "reloadable", variant("reloadable"), files=graph)
     add_model(repo, "controls", CONTROLS_CONFIG, files={"model.py": CONTROLS_MODEL})
     add_model(repo, "bls_sequence", BLS_CONFIG, files={"model.py": BLS_MODEL})
-    server = Server([repo], tmp, "--model-control-mode=explicit", "--load-model=*", cache_dir=component_cache)
+    from_file = 'initial_state [ { name: "start" data_type: TYPE_INT32 dims: [ 2 ] data_file: "count.bin" } ]'
+    for name, initial in (("from_zeros", from_file.replace('data_file: "count.bin"', "zero_data: true")),
+                          ("from_file", from_file), ("short_file", from_file), ("no_initial", "")):
+        model = add_model(repo, name, accumulator_config(initial), files={"model.py": ACCUMULATOR_MODEL})
+        (model / "initial_state").mkdir()
+        values = [100, 200] if name != "short_file" else [100]
+        (model / "initial_state" / "count.bin").write_bytes(np.array(values, dtype="<i4").tobytes())
+    server = Server([repo], tmp, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
+                    "--strict-readiness=false", cache_dir=component_cache)
     server.wait_live(timeout=600)
     yield server
     assert server.stop() == 0, server.log()
@@ -258,6 +290,25 @@ def test_a_python_model_calls_a_sequence_model_under_its_own_sequence(sequence_s
         return int(client.infer("bls_sequence", [tensor], sequence_id=4242, **flags).as_numpy("OUTPUT")[0])
 
     assert [step(5, sequence_start=True), step(3), step(1, sequence_end=True)] == [6, 3, 1 + 4242]
+
+
+def test_initial_states_come_from_zero_data_or_a_data_file(sequence_server):
+    module, client = client_for(sequence_server, "grpc")
+
+    def step(model, values, **flags):
+        tensor = module.InferInput("INPUT", [2], "INT32")
+        tensor.set_data_from_numpy(np.array(values, dtype=np.int32))
+        return client.infer(model, [tensor], sequence_id=31, **flags).as_numpy("TOTAL").tolist()
+
+    for model, start in (("from_zeros", [0, 0]), ("from_file", [100, 200])):
+        assert step(model, [1, 2], sequence_start=True) == [start[0] + 1, start[1] + 2]
+        assert step(model, [1, 1], sequence_end=True) == [start[0] + 2, start[1] + 3]
+    # Variable dims with no initial state, and a file too short for the dims: the model fails to load,
+    # saying why, with Triton's message; the others serve.
+    index = {m["name"]: m for m in requests.post(sequence_server.url("/v2/repository/index"), timeout=5).json()}
+    assert "without an 'initial_state'" in index["no_initial"]["reason"], index["no_initial"]
+    assert "initial_state setting expects 8 bytes, but the data provided from count.binonly has 4 bytes" in \
+        index["short_file"]["reason"], index["short_file"]
 
 
 def test_oldest_batches_steps_of_different_sequences(sequence_server):

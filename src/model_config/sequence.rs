@@ -4,11 +4,18 @@
 //! messages (core `model_config_utils.cc`, `sequence_batch_scheduler.cc`).
 
 use std::collections::HashSet;
+use std::path::Path;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use super::ModelConfig;
 use crate::error::LoadResult;
-use crate::proto::inference::model_sequence_batching::{control::Kind, Control, State, StrategyChoice};
+use crate::model_files;
+use crate::proto::inference::model_sequence_batching::initial_state::StateData;
+use crate::proto::inference::model_sequence_batching::{
+    control::Kind, Control, InitialState as ProtoInitialState, State, StrategyChoice,
+};
 use crate::proto::inference::{DataType as ConfigDataType, ModelSequenceBatching};
 use crate::tensor::DataType;
 
@@ -47,8 +54,61 @@ pub struct StateSpec {
     pub input_name: String,
     pub output_name: String,
     pub datatype: DataType,
-    /// Without the batch dimension; the state at a sequence's start is zeros of these dims.
-    pub dims: Vec<i64>,
+    /// What the state holds at a sequence's START.
+    pub initial: InitialState,
+}
+
+/// A state's value at a sequence's START: zeros of its dims (the default, or `zero_data`), or the bytes of a
+/// file in the model directory's `initial_state/` (`data_file`, read at load by `read_initial_files`).
+#[derive(Clone, Debug, PartialEq)]
+pub enum InitialState {
+    Zeros { dims: Vec<i64> },
+    File { dims: Vec<i64>, file: String },
+    Data { dims: Vec<i64>, data: Bytes },
+}
+
+impl InitialState {
+    /// The state's dims without the batch dimension.
+    pub fn dims(&self) -> &[i64] {
+        match self {
+            InitialState::Zeros { dims } | InitialState::File { dims, .. } | InitialState::Data { dims, .. } => dims,
+        }
+    }
+}
+
+/// Triton reads `data_file`s from this directory of the model directory.
+const INITIAL_STATE_DIR: &str = "initial_state";
+
+impl SequenceSettings {
+    /// Reads each `data_file` initial state from `model_dir/initial_state/` (Triton's checks: a file of
+    /// fixed-size elements must hold at least the state's bytes; its first bytes are used). Without a model
+    /// directory (a version served from code), a `data_file` is refused.
+    pub fn read_initial_files(&mut self, model_dir: Option<&Path>) -> LoadResult<()> {
+        for state in &mut self.states {
+            let InitialState::File { dims, file } = &state.initial else { continue };
+            let dir = model_dir.ok_or("initial_state data_file needs a model directory")?;
+            model_files::check_file_name(file, "initial_state data_file")?;
+            let bytes = model_files::read_regular(&dir.join(INITIAL_STATE_DIR).join(file), model_files::CONFIG_LIMIT)
+                .map_err(|e| format!("initial_state of '{}': {e}", state.input_name))?;
+            let data = match state.datatype.element_size() {
+                None => Bytes::from(bytes),
+                Some(size) => {
+                    let wanted = dims.iter().product::<i64>() as usize * size;
+                    if bytes.len() < wanted {
+                        return Err(format!(
+                            "initial_state setting expects {wanted} bytes, but the data provided from {file}only has \
+                             {} bytes.",
+                            bytes.len()
+                        )
+                        .into());
+                    }
+                    Bytes::copy_from_slice(&bytes[..wanted])
+                }
+            };
+            state.initial = InitialState::Data { dims: dims.clone(), data };
+        }
+        Ok(())
+    }
 }
 
 /// The sequence batcher's strategy.
@@ -268,29 +328,64 @@ fn states(batching: &ModelSequenceBatching, config: &ModelConfig) -> LoadResult<
             }
             let datatype = DataType::from_config(state.data_type)
                 .ok_or_else(|| format!("sequence batching state '{input}' must have a tensor data_type"))?;
-            if state.dims.iter().any(|&d| d < 0) {
-                return Err(format!(
-                    "sequence batching state '{input}' has variable dims {:?}: the server starts each sequence \
-                     with zeros of the state's dims, so they must be fixed",
-                    state.dims
-                )
-                .into());
-            }
-            if let Some(initial) = state.initial_state.first() {
-                return Err(format!(
-                    "'initial_state' '{}' of state '{input}': only the default (zeros) is supported by this server",
-                    initial.name
-                )
-                .into());
-            }
-            Ok(StateSpec {
-                input_name: input.clone(),
-                output_name: state.output_name.clone(),
-                datatype,
-                dims: state.dims.clone(),
-            })
+            let initial = match state.initial_state.as_slice() {
+                [] if state.dims.iter().any(|&d| d < 0) => {
+                    return Err(format!(
+                        "sequence batching state '{input}' has variable dims {:?}: without an 'initial_state' the \
+                         server starts each sequence with zeros of the state's dims, so they must be fixed",
+                        state.dims
+                    )
+                    .into())
+                }
+                [] => InitialState::Zeros { dims: state.dims.clone() },
+                [initial] => initial_state(state, initial)?,
+                _ => return Err(format!("State input name '{input}' specified more than once.").into()),
+            };
+            Ok(StateSpec { input_name: input.clone(), output_name: state.output_name.clone(), datatype, initial })
         })
         .collect()
+}
+
+/// A state's `initial_state`, with Triton's checks and messages.
+fn initial_state(state: &State, initial: &ProtoInitialState) -> LoadResult<InitialState> {
+    let input = &state.input_name;
+    if initial.data_type != state.data_type {
+        return Err(format!(
+            "The data type used for 'initial_state' field of state '{input}' does not match the state data type."
+        )
+        .into());
+    }
+    if initial.name.is_empty() {
+        return Err(format!("Field 'name' must be set when using initial_state for state input '{input}'.").into());
+    }
+    if initial.dims.len() != state.dims.len() {
+        return Err(format!(
+            "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions for state input \
+             '{input}'. {} != {}",
+            initial.dims.len(),
+            state.dims.len()
+        )
+        .into());
+    }
+    for (&given, &declared) in initial.dims.iter().zip(&state.dims) {
+        if given < 0 {
+            return Err(
+                format!("'initial_state' field for state input name '{input}' contains variable dimensions.").into()
+            );
+        }
+        if declared >= 0 && given != declared {
+            return Err(format!(
+                "'initial_state' dim for input name '{input}' doesn't match 'state' dim description. {given} != {declared}"
+            )
+            .into());
+        }
+    }
+    let dims = initial.dims.clone();
+    match &initial.state_data {
+        Some(StateData::ZeroData(_)) => Ok(InitialState::Zeros { dims }),
+        Some(StateData::DataFile(file)) => Ok(InitialState::File { dims, file: file.clone() }),
+        None => Err(format!("initial_state setting expects state'{input}' to have state_data set").into()),
+    }
 }
 
 #[cfg(test)]
@@ -321,7 +416,7 @@ mod tests {
             ControlInput { name: "S".into(), kind: ControlKind::Start, values: ControlValues::Fp32(0.0, 1.0) }
         );
         assert_eq!(s.controls[1].values, ControlValues::CorrelationId(DataType::Bytes));
-        assert_eq!(s.states[0].dims, vec![2, 3]);
+        assert_eq!(s.states[0].initial, InitialState::Zeros { dims: vec![2, 3] });
         assert_eq!(s.idle, DEFAULT_IDLE);
         assert_eq!(s.strategy, Strategy::Oldest { candidates: 6, preferred: vec![4], max_delay: Duration::ZERO });
     }

@@ -73,7 +73,7 @@ impl ModelVersion {
                 instances.push(instance);
             }
         }
-        Self::serving(runtime, metrics, config, version, instances, labels)
+        Self::serving(runtime, metrics, config, (version, Some(model_dir)), instances, labels)
     }
 
     /// A version of the (normalised) `config` served by `instances`, however they were made: by a backend
@@ -85,21 +85,22 @@ impl ModelVersion {
         version: i64,
         instances: Vec<Box<dyn Instance>>,
     ) -> LoadResult<Self> {
-        Self::serving(runtime, metrics, config, version, instances, Labels::default())
+        Self::serving(runtime, metrics, config, (version, None), instances, Labels::default())
     }
 
     /// A version served by `instances`, answering classification requests with `labels`.
+    /// `model_dir` is the model's directory when it was loaded from one.
     fn serving(
         runtime: &tokio::runtime::Handle,
         metrics: &Metrics,
         config: Arc<ModelConfig>,
-        version: i64,
+        (version, model_dir): (i64, Option<&std::path::Path>),
         instances: Vec<Box<dyn Instance>>,
         labels: Labels,
     ) -> LoadResult<Self> {
         let signature = Signature::from_config(&config)?.with_labels(labels);
         let stats = Arc::new(Stats::new(metrics.for_model(&config.name, version)));
-        let scheduler = Scheduler::new(runtime, &config, version, signature.clone(), instances, stats)?;
+        let scheduler = Scheduler::new(runtime, &config, (version, model_dir), signature.clone(), instances, stats)?;
         Ok(Self::assemble(config, version, signature, scheduler))
     }
 

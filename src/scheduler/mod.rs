@@ -14,6 +14,7 @@ mod pool;
 pub mod queue;
 mod sequence;
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -56,18 +57,22 @@ pub struct Scheduler {
 
 impl Scheduler {
     /// The scheduler `config` asks for, over `instances`, recording into `stats`. Background work (the
-    /// batching task) runs on `runtime`.
+    /// batching tasks) runs on `runtime`. `model_dir` is where a sequence batcher's initial states are read
+    /// from (`None` for a version served from code).
     pub fn new(
         runtime: &tokio::runtime::Handle,
         config: &ModelConfig,
-        version: i64,
+        (version, model_dir): (i64, Option<&Path>),
         signature: Signature,
         instances: Vec<Box<dyn Instance>>,
         stats: Arc<Stats>,
     ) -> LoadResult<Self> {
         let label = format!("{}:{version}", config.name);
         let decoupled = model_config::is_decoupled(config);
-        let strategy = if let Some(settings) = model_config::sequence::settings(config)? {
+        let sequence = model_config::sequence::settings(config)?
+            .map(|mut settings| settings.read_initial_files(model_dir).map(|()| settings))
+            .transpose()?;
+        let strategy = if let Some(settings) = sequence {
             let lanes: Vec<Arc<InstancePool>> = instances
                 .into_iter()
                 .enumerate()

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use crate::error::{Error, Result};
 use crate::inference::{CorrelationId, SequenceFlags};
-use crate::model_config::sequence::{ControlInput, ControlKind, ControlValues, StateSpec};
+use crate::model_config::sequence::{ControlInput, ControlKind, ControlValues, InitialState, StateSpec};
 use crate::tensor::{encode_bytes_elements, DataType, Tensor};
 
 /// Control inputs and states of one model.
@@ -68,7 +68,7 @@ impl Inputs {
             let previous = states.iter().find(|s| s.name == spec.output_name).filter(|_| !flags.start);
             let tensor = match previous {
                 Some(state) => Tensor { name: spec.input_name.clone(), ..state.clone() },
-                None => self.zeros(spec),
+                None => self.initial(spec),
             };
             inputs.push(tensor);
         }
@@ -93,14 +93,21 @@ impl Inputs {
         self.batching.then_some(1).into_iter().chain(dims.iter().copied()).collect()
     }
 
-    fn zeros(&self, spec: &StateSpec) -> Tensor {
-        let shape = self.shape(&spec.dims);
-        let count: i64 = spec.dims.iter().product();
-        let data = match spec.datatype.element_size() {
-            Some(size) => Bytes::from(vec![0u8; count as usize * size]),
-            None => encode_bytes_elements((0..count).map(|_| &b""[..])),
+    /// The state at a sequence's START: its initial data, or zeros (empty strings for BYTES). A `data_file`
+    /// was read at load (`SequenceSettings::read_initial_files`).
+    fn initial(&self, spec: &StateSpec) -> Tensor {
+        let dims = spec.initial.dims();
+        let data = match &spec.initial {
+            InitialState::Data { data, .. } => data.clone(),
+            InitialState::Zeros { .. } | InitialState::File { .. } => {
+                let count: i64 = dims.iter().product();
+                match spec.datatype.element_size() {
+                    Some(size) => Bytes::from(vec![0u8; count as usize * size]),
+                    None => encode_bytes_elements((0..count).map(|_| &b""[..])),
+                }
+            }
         };
-        Tensor { name: spec.input_name.clone(), datatype: spec.datatype, shape, data }
+        Tensor { name: spec.input_name.clone(), datatype: spec.datatype, shape: self.shape(dims), data }
     }
 }
 
