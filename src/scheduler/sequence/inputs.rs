@@ -147,7 +147,7 @@ mod tests {
                 input_name: "h".into(),
                 output_name: "h_out".into(),
                 datatype: DataType::Fp32,
-                dims: vec![2],
+                initial: InitialState::Zeros { dims: vec![2] },
             }],
             true,
         )
