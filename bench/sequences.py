@@ -5,7 +5,9 @@ Three sides on `simple_sequence` (OUTPUT = (INPUT + START) * READY, the direct s
 trial so that machine drift hits all of them: Tessera serving Triton's example graph with ONNX Runtime
 (model_repository/simple_sequence), Tessera serving the same model written as Triton users write a python
 model (bench/triton_sequence/model.py), and Triton 2.51's python backend serving that same file (this
-Triton has no ONNX Runtime backend). Then Tessera alone on `silero_vad` (implicit state, the oldest strategy)
+Triton has no ONNX Runtime backend). A fourth side shows the sequence batcher without ONNX Runtime's
+hand-off: Tessera serving a Wasm sequence model of the same shape (the `dyna_sequence` plugin of
+`simple_string_dyna_sequence`, an accumulator, with simple_sequence's direct strategy and one instance). Then Tessera alone on `silero_vad` (implicit state, the oldest strategy)
 with 32 concurrent streams of 512-sample chunks: chunks per second and the p99 per chunk.
 
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-sequences`.
@@ -15,12 +17,13 @@ import argparse
 import datetime
 import json
 import os
+import re
 import shutil
 import statistics
 
 from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
 
-SIDES = ("tessera onnx", "tessera python", "triton python")
+SIDES = ("tessera onnx", "tessera wasm", "tessera python", "triton python")
 LENGTH = 20
 VAD_STREAMS = 32
 
@@ -38,6 +41,17 @@ def python_sequence(repo):
         # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
         for entry in ("numpy", "numpy.libs"):
             (directory / entry).symlink_to(NUMPY / entry)
+
+
+def wasm_sequence(repo):
+    """`repo/simple_sequence_wasm`: the dyna_sequence plugin, UINT64 CORRID, direct strategy, one instance."""
+    directory = repo / "simple_sequence_wasm"
+    (directory / "1").mkdir(parents=True)
+    config = (ROOT / "model_repository/simple_string_dyna_sequence/config.pbtxt").read_text()
+    config = re.sub(r"\s*oldest \{[^}]*\}", "", config).replace("TYPE_STRING", "TYPE_UINT64")
+    config = config.replace('name: "simple_string_dyna_sequence"', 'name: "simple_sequence_wasm"')
+    (directory / "config.pbtxt").write_text(config.replace("count: 2", "count: 1"))
+    shutil.copy(ROOT / "model_repository/simple_string_dyna_sequence/1/model.wasm", directory / "1" / "model.wasm")
 
 
 def vad_input_data():
@@ -62,8 +76,10 @@ def main():
         shutil.copytree(ROOT / "model_repository" / model, tessera_repo / model)
     python_sequence(tessera_repo)
     python_sequence(triton_repo)
+    wasm_sequence(tessera_repo)
     tessera, triton = tessera_server(tessera_repo, TESSERA), triton_server(triton_repo)
-    sides = {"tessera onnx": (tessera, "simple_sequence"), "tessera python": (tessera, "simple_sequence_python"),
+    sides = {"tessera onnx": (tessera, "simple_sequence"), "tessera wasm": (tessera, "simple_sequence_wasm"),
+             "tessera python": (tessera, "simple_sequence_python"),
              "triton python": (triton, "simple_sequence_python")}
     rows = []
     try:
