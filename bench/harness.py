@@ -46,6 +46,23 @@ def prepare_repositories():
     return repos / "tessera", repos / "triton"
 
 
+def trial_arguments(doc):
+    """The command line of a side-by-side benchmark: `--trials` and `--measurement-ms`."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--trials", type=int, default=3)
+    parser.add_argument("--measurement-ms", type=int, default=3000)
+    return parser.parse_args()
+
+
+def fresh_repositories(name):
+    """Empty `.cache/bench/repos/<name>/tessera` and `.../triton` paths for one benchmark's two servers."""
+    repos = CACHE / "repos" / name
+    shutil.rmtree(repos, ignore_errors=True)
+    return repos / "tessera", repos / "triton"
+
+
 def free_port():
     import socket
 

@@ -13,7 +13,6 @@ with 32 concurrent streams of 512-sample chunks: chunks per second and the p99 p
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-sequences`.
 """
 
-import argparse
 import datetime
 import json
 import os
@@ -21,7 +20,8 @@ import re
 import shutil
 import statistics
 
-from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
+from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, ratio,
+                     tessera_server, trial_arguments, triton_server)
 
 SIDES = ("tessera onnx", "tessera wasm", "tessera python", "triton python")
 LENGTH = 20
@@ -65,13 +65,8 @@ def vad_input_data():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    args = parser.parse_args()
-    repos = CACHE / "repos" / "sequences"
-    shutil.rmtree(repos, ignore_errors=True)
-    tessera_repo, triton_repo = repos / "tessera", repos / "triton"
+    args = trial_arguments(__doc__)
+    tessera_repo, triton_repo = fresh_repositories("sequences")
     for model in ("simple_sequence", "silero_vad"):
         shutil.copytree(ROOT / "model_repository" / model, tessera_repo / model)
     python_sequence(tessera_repo)

@@ -10,14 +10,14 @@ backend serving that same file.
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-streaming`.
 """
 
-import argparse
 import datetime
 import json
 import os
 import shutil
 import statistics
 
-from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
+from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, ratio,
+                     tessera_server, trial_arguments, triton_server)
 
 RESPONSES = 100
 SIDES = ("tessera wasm", "tessera python", "triton python")
@@ -48,13 +48,8 @@ def input_data():
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--trials", type=int, default=3)
-    parser.add_argument("--measurement-ms", type=int, default=3000)
-    args = parser.parse_args()
-    repos = CACHE / "repos" / "streaming"
-    shutil.rmtree(repos, ignore_errors=True)
-    tessera_repo, triton_repo = repos / "tessera", repos / "triton"
+    args = trial_arguments(__doc__)
+    tessera_repo, triton_repo = fresh_repositories("streaming")
     shutil.copytree(ROOT / "model_repository/repeat_int32", tessera_repo / "repeat_int32")
     python_repeat(tessera_repo)
     python_repeat(triton_repo)

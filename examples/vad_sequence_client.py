@@ -12,24 +12,12 @@ import argparse
 import queue
 import sys
 import uuid
-import wave
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 
-RATE, CHUNK = 16000, 512
+from wav import RATE, read_samples
 
-
-def read_samples(path):
-    """The file's samples as FP32 in [-1, 1], mono, cut to whole chunks."""
-    with wave.open(str(path)) as audio:
-        if audio.getsampwidth() != 2 or audio.getframerate() != RATE:
-            sys.exit(f"{path}: expected 16-bit PCM at {RATE} Hz, got {8 * audio.getsampwidth()}-bit at "
-                     f"{audio.getframerate()} Hz")
-        frames = np.frombuffer(audio.readframes(audio.getnframes()), dtype="<i2")
-        channels = audio.getnchannels()
-    samples = (frames.reshape(-1, channels).mean(axis=1) / 32768.0).astype(np.float32)
-    return samples[: samples.size // CHUNK * CHUNK]
+CHUNK = 512
 
 
 def main():
@@ -38,7 +26,8 @@ def main():
     parser.add_argument("-u", "--url", default="localhost:8001", help="the server's gRPC address")
     parser.add_argument("--threshold", type=float, default=0.5, help="speech probability that counts as speech")
     args = parser.parse_args()
-    chunks = read_samples(args.wav).reshape(-1, CHUNK)
+    samples = read_samples(args.wav)
+    chunks = samples[: samples.size // CHUNK * CHUNK].reshape(-1, CHUNK)
     answers = queue.Queue()
     sequence = str(uuid.uuid4())
     with grpcclient.InferenceServerClient(args.url) as client:

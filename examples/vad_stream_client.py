@@ -10,23 +10,10 @@ import argparse
 import queue
 import sys
 import time
-import wave
 
-import numpy as np
 import tritonclient.grpc as grpcclient
 
-RATE = 16000
-
-
-def read_samples(path):
-    """The file's samples as FP32 in [-1, 1], mono."""
-    with wave.open(str(path)) as audio:
-        if audio.getsampwidth() != 2 or audio.getframerate() != RATE:
-            sys.exit(f"{path}: expected 16-bit PCM at {RATE} Hz, got {8 * audio.getsampwidth()}-bit at "
-                     f"{audio.getframerate()} Hz")
-        frames = np.frombuffer(audio.readframes(audio.getnframes()), dtype="<i2")
-        channels = audio.getnchannels()
-    return (frames.reshape(-1, channels).mean(axis=1) / 32768.0).astype(np.float32)
+from wav import RATE, read_samples
 
 
 def main():
