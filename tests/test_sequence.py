@@ -229,22 +229,25 @@ def test_a_start_on_a_running_sequence_starts_it_again(sequence_server, protocol
         send(module, client, model, 1, sequence_id=sid)
 
 
-def test_an_idle_sequence_is_released_and_its_later_request_refused(sequence_server):
-    module, client = client_for(sequence_server, "grpc")
-    assert send(module, client, "short_idle", 4, sequence_id=42, sequence_start=True) == 5
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_idle_sequence_is_released_and_its_later_request_refused(sequence_server, protocol):
+    module, client = client_for(sequence_server, protocol)
+    sid = 42 if protocol == "http" else 43
+    assert send(module, client, "short_idle", 4, sequence_id=sid, sequence_start=True) == 5
     assert active_sequences(sequence_server, "short_idle") == 1
     # Its client went quiet (as one that vanished): after max_sequence_idle_microseconds (1 s) the slot is freed.
     wait_for(lambda: active_sequences(sequence_server, "short_idle") == 0, timeout=5, what="the idle release")
-    with pytest.raises(InferenceServerException, match="sequence 42 to model 'short_idle' must specify the START"):
-        send(module, client, "short_idle", 4, sequence_id=42)
+    with pytest.raises(InferenceServerException, match=f"sequence {sid} to model 'short_idle' must specify the START"):
+        send(module, client, "short_idle", 4, sequence_id=sid)
 
 
-def test_a_sequence_waits_for_a_free_slot(sequence_server):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_sequence_waits_for_a_free_slot(sequence_server, protocol):
     """`one_slot` has one instance with one slot: a second sequence waits in the backlog until the first ends."""
-    module, client = client_for(sequence_server, "grpc")
+    module, client = client_for(sequence_server, protocol)
     assert send(module, client, "one_slot", 1, sequence_id=1, sequence_start=True) == 2
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        _, other = client_for(sequence_server, "grpc")
+        _, other = client_for(sequence_server, protocol)
         waiting = pool.submit(send, module, other, "one_slot", 10, sequence_id=2, sequence_start=True, sequence_end=True)
         time.sleep(0.5)
         assert not waiting.done(), "the second sequence should wait while the only slot is held"
@@ -280,20 +283,22 @@ def test_controls_and_state_reach_a_python_model(sequence_server, protocol):
     assert step(2, sequence_start=True, sequence_end=True)["TOTAL"] == 2
 
 
-def test_a_python_model_calls_a_sequence_model_under_its_own_sequence(sequence_server):
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_a_python_model_calls_a_sequence_model_under_its_own_sequence(sequence_server, protocol):
     """BLS requests carry `correlation_id` and `flags` (InferenceRequest's arguments, as in Triton)."""
-    client = httpclient.InferenceServerClient(sequence_server.http_url)
+    module, client = client_for(sequence_server, protocol)
 
     def step(value, **flags):
-        tensor = httpclient.InferInput("INPUT", [1], "INT32")
+        tensor = module.InferInput("INPUT", [1], "INT32")
         tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
         return int(client.infer("bls_sequence", [tensor], sequence_id=4242, **flags).as_numpy("OUTPUT")[0])
 
     assert [step(5, sequence_start=True), step(3), step(1, sequence_end=True)] == [6, 3, 1 + 4242]
 
 
-def test_initial_states_come_from_zero_data_or_a_data_file(sequence_server):
-    module, client = client_for(sequence_server, "grpc")
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_initial_states_come_from_zero_data_or_a_data_file(sequence_server, protocol):
+    module, client = client_for(sequence_server, protocol)
 
     def step(model, values, **flags):
         tensor = module.InferInput("INPUT", [2], "INT32")
