@@ -117,6 +117,12 @@ def accumulator_config(initial):
             + tensor_config("input", "INPUT", "TYPE_INT32", [2]) + tensor_config("output", "TOTAL", "TYPE_INT32", [2]))
 
 
+ENSEMBLE_CONFIG = ('platform: "ensemble"\nmax_batch_size: 8\n'
+                   + tensor_config("input", "INPUT", "TYPE_INT32", [1]) + tensor_config("output", "OUTPUT", "TYPE_INT32", [1])
+                   + 'ensemble_scheduling { step [ { model_name: "simple_dyna_sequence" model_version: -1 '
+                     'input_map { key: "INPUT" value: "INPUT" } output_map { key: "OUTPUT" value: "OUTPUT" } } ] }\n')
+
+
 def variant(name, *replacements):
     """simple_sequence's config under another name, with (old, new) text replacements."""
     config = SIMPLE_SEQUENCE.replace('name: "simple_sequence"', f'name: "{name}"')
@@ -141,6 +147,7 @@ def sequence_server(tmp_path_factory, component_cache):
     add_model(repo, "reloadable", variant("reloadable"), files=graph)
     add_model(repo, "controls", CONTROLS_CONFIG, files={"model.py": CONTROLS_MODEL})
     add_model(repo, "bls_sequence", BLS_CONFIG, files={"model.py": BLS_MODEL})
+    add_model(repo, "sequence_ensemble", ENSEMBLE_CONFIG)
     from_file = 'initial_state [ { name: "start" data_type: TYPE_INT32 dims: [ 2 ] data_file: "count.bin" } ]'
     for name, initial in (("from_zeros", from_file.replace('data_file: "count.bin"', "zero_data: true")),
                           ("from_file", from_file), ("short_file", from_file), ("no_initial", "")):
@@ -314,6 +321,18 @@ def test_initial_states_come_from_zero_data_or_a_data_file(sequence_server, prot
     assert "without an 'initial_state'" in index["no_initial"]["reason"], index["no_initial"]
     assert "initial_state setting expects 8 bytes, but the data provided from count.binonly has 4 bytes" in \
         index["short_file"]["reason"], index["short_file"]
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_an_ensemble_passes_its_sequence_to_its_steps(sequence_server, protocol):
+    """As in Triton, the ensemble request's correlation id and flags go with each step's request."""
+    module, client = client_for(sequence_server, protocol)
+    sid = 6100 if protocol == "http" else 6101
+    assert send(module, client, "sequence_ensemble", 5, sequence_id=sid, sequence_start=True) == 6
+    assert send(module, client, "sequence_ensemble", 3, sequence_id=sid) == 3
+    assert send(module, client, "sequence_ensemble", 1, sequence_id=sid, sequence_end=True) == 1 + sid
+    with pytest.raises(InferenceServerException, match=f"sequence {sid} to model 'simple_dyna_sequence' must specify"):
+        send(module, client, "sequence_ensemble", 1, sequence_id=sid)
 
 
 def test_oldest_batches_steps_of_different_sequences(sequence_server):
