@@ -145,6 +145,9 @@ def sequence_server(tmp_path_factory, component_cache):
               files=graph)
     add_model(repo, "one_slot", variant("one_slot", ("max_batch_size: 8", "max_batch_size: 1")), files=graph)
     add_model(repo, "reloadable", variant("reloadable"), files=graph)
+    add_model(repo, "fill_slots", variant("fill_slots", ("max_batch_size: 8", "max_batch_size: 2"), (
+        "sequence_batching {", "sequence_batching {\n  direct { max_queue_delay_microseconds: 400000 "
+                               "minimum_slot_utilization: 1.0 }")), files=graph)
     add_model(repo, "controls", CONTROLS_CONFIG, files={"model.py": CONTROLS_MODEL})
     add_model(repo, "bls_sequence", BLS_CONFIG, files={"model.py": BLS_MODEL})
     add_model(repo, "sequence_ensemble", ENSEMBLE_CONFIG)
@@ -333,6 +336,26 @@ def test_an_ensemble_passes_its_sequence_to_its_steps(sequence_server, protocol)
     assert send(module, client, "sequence_ensemble", 1, sequence_id=sid, sequence_end=True) == 1 + sid
     with pytest.raises(InferenceServerException, match=f"sequence {sid} to model 'simple_dyna_sequence' must specify"):
         send(module, client, "sequence_ensemble", 1, sequence_id=sid)
+
+
+def test_direct_waits_for_its_slots_to_fill_up_to_the_queue_delay(sequence_server):
+    """`fill_slots`: two slots, `minimum_slot_utilization: 1.0`, a 400 ms queue delay: a lone step waits out
+    the delay; two sequences stepping together run at once, as one batch."""
+    module, client = client_for(sequence_server, "grpc")
+    started = time.monotonic()
+    assert send(module, client, "fill_slots", 1, sequence_id=1, sequence_start=True, sequence_end=True) == 2
+    assert time.monotonic() - started >= 0.35
+    barrier = threading.Barrier(2)
+
+    def step(sid):
+        _, own = client_for(sequence_server, "grpc")
+        barrier.wait(timeout=10)
+        return send(module, own, "fill_slots", sid, sequence_id=sid, sequence_start=True, sequence_end=True)
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        assert list(pool.map(step, [10, 20])) == [11, 21]
+    stats = requests.get(sequence_server.url("/v2/models/fill_slots/stats"), timeout=5).json()["model_stats"][0]
+    assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 1, 2: 1}
 
 
 def test_oldest_batches_steps_of_different_sequences(sequence_server):

@@ -114,8 +114,10 @@ impl SequenceSettings {
 /// The sequence batcher's strategy.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Strategy {
-    /// Each sequence keeps one batch slot of one instance; a batch is whatever the slots have ready.
-    Direct,
+    /// Each sequence keeps one batch slot of one instance; a batch is whatever the slots have ready, once
+    /// at least `min_utilization` of the slots are (Triton's `minimum_slot_utilization`; 0: any) or the
+    /// oldest ready request has waited `max_delay`.
+    Direct { max_delay: Duration, min_utilization: f32 },
     /// Up to `candidates` sequences per instance; batches form from their oldest requests, dynamic-batcher
     /// style.
     Oldest { candidates: usize, preferred: Vec<u64>, max_delay: Duration },
@@ -168,7 +170,11 @@ pub fn settings(config: &ModelConfig) -> LoadResult<Option<SequenceSettings>> {
                 max_delay: Duration::from_micros(oldest.max_queue_delay_microseconds),
             }
         }
-        _ => Strategy::Direct,
+        Some(StrategyChoice::Direct(direct)) => Strategy::Direct {
+            max_delay: Duration::from_micros(direct.max_queue_delay_microseconds),
+            min_utilization: direct.minimum_slot_utilization,
+        },
+        None => Strategy::Direct { max_delay: Duration::ZERO, min_utilization: 0.0 },
     };
     if config.response_cache.as_ref().is_some_and(|c| c.enable) {
         return Err(format!(

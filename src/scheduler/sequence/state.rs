@@ -74,7 +74,7 @@ impl State {
         stats: Arc<Stats>,
     ) -> Self {
         let capacity = match settings.strategy {
-            Strategy::Direct => settings.max_batch_size.max(1) as usize,
+            Strategy::Direct { .. } => settings.max_batch_size.max(1) as usize,
             Strategy::Oldest { candidates, .. } => candidates,
         };
         let lanes = lanes.into_iter().map(|pool| Lane { pool, busy: false, members: Vec::new(), capacity }).collect();
@@ -208,11 +208,23 @@ impl State {
         let max = self.settings.max_batch_size.max(1) as usize;
         let mut ready: Vec<u64> =
             self.lanes[lane].members.iter().copied().filter(|key| self.sequences[key].ready()).collect();
-        let Strategy::Oldest { preferred, max_delay, .. } = &self.settings.strategy else {
-            ready.truncate(max);
-            return Ok(ready);
-        };
         let head_of = |key: &u64| &self.sequences[key].queue[0];
+        let (preferred, max_delay) = match &self.settings.strategy {
+            Strategy::Direct { max_delay, min_utilization } => {
+                let Some(&first) = ready.iter().min_by_key(|key| head_of(key).arrived) else { return Ok(ready) };
+                // Only requests whose tensors stack with the oldest one's make one batch.
+                let first_request = &head_of(&first).request;
+                ready.retain(|key| compatible(first_request, &head_of(key).request));
+                ready.truncate(max);
+                let utilization = ready.len() as f32 / self.lanes[lane].capacity as f32;
+                let due = head_of(&first).arrived + *max_delay;
+                return match utilization >= *min_utilization || Instant::now() >= due {
+                    true => Ok(ready),
+                    false => Err(due),
+                };
+            }
+            Strategy::Oldest { preferred, max_delay, .. } => (preferred, max_delay),
+        };
         ready.sort_by_key(|key| head_of(key).arrived);
         let Some(first) = ready.first().copied() else { return Ok(ready) };
         let first_request = &head_of(&first).request;
