@@ -123,6 +123,36 @@ ENSEMBLE_CONFIG = ('platform: "ensemble"\nmax_batch_size: 8\n'
                      'input_map { key: "INPUT" value: "INPUT" } output_map { key: "OUTPUT" value: "OUTPUT" } } ] }\n')
 
 
+COUNTER_MODEL = b'''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Decoupled and sequential: each request sends INPUT responses, counting on from the sequence's last."""
+
+    def initialize(self, args):
+        self.counts = {}
+
+    def execute(self, requests):
+        for request in requests:
+            sender, sequence, flags = request.get_response_sender(), request.correlation_id(), request.flags()
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_START:
+                self.counts[sequence] = 0
+            for _ in range(int(pb_utils.get_input_tensor_by_name(request, "INPUT").as_numpy()[0])):
+                self.counts[sequence] += 1
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", np.array([self.counts[sequence]], np.int32))]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            if flags & pb_utils.TRITONSERVER_REQUEST_FLAG_SEQUENCE_END:
+                del self.counts[sequence]
+        return None
+'''
+
+COUNTER_CONFIG = ('backend: "python"\nmax_batch_size: 0\nmodel_transaction_policy { decoupled: true }\n'
+                  'sequence_batching { }\n' + tensor_config("input", "INPUT", "TYPE_INT32", [1])
+                  + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]))
+
+
 def variant(name, *replacements):
     """simple_sequence's config under another name, with (old, new) text replacements."""
     config = SIMPLE_SEQUENCE.replace('name: "simple_sequence"', f'name: "{name}"')
@@ -151,6 +181,10 @@ def sequence_server(tmp_path_factory, component_cache):
     add_model(repo, "controls", CONTROLS_CONFIG, files={"model.py": CONTROLS_MODEL})
     add_model(repo, "bls_sequence", BLS_CONFIG, files={"model.py": BLS_MODEL})
     add_model(repo, "sequence_ensemble", ENSEMBLE_CONFIG)
+    add_model(repo, "counter", COUNTER_CONFIG, files={"model.py": COUNTER_MODEL})
+    add_model(repo, "decoupled_state", COUNTER_CONFIG.replace("sequence_batching { }", (
+        'sequence_batching { state [ { input_name: "S" output_name: "S_OUT" data_type: TYPE_INT32 dims: [ 1 ] } ] }')),
+        files={"model.py": COUNTER_MODEL})
     from_file = 'initial_state [ { name: "start" data_type: TYPE_INT32 dims: [ 2 ] data_file: "count.bin" } ]'
     for name, initial in (("from_zeros", from_file.replace('data_file: "count.bin"', "zero_data: true")),
                           ("from_file", from_file), ("short_file", from_file), ("no_initial", "")):
@@ -356,6 +390,44 @@ def test_direct_waits_for_its_slots_to_fill_up_to_the_queue_delay(sequence_serve
         assert list(pool.map(step, [10, 20])) == [11, 21]
     stats = requests.get(sequence_server.url("/v2/models/fill_slots/stats"), timeout=5).json()["model_stats"][0]
     assert {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]} == {1: 1, 2: 1}
+
+
+def test_a_decoupled_sequence_model_streams_each_steps_responses(sequence_server):
+    """Two sequences interleaved on one gRPC stream, each step answered with several responses from the
+    model's own per-sequence count; a step's responses all come before its sequence's next step runs."""
+    answers = {}
+    done = threading.Event()
+
+    def collect(result, error):
+        assert error is None, error
+        response = result.get_response()
+        if response.outputs:
+            answers.setdefault(response.id, []).append(int(result.as_numpy("OUTPUT")[0]))
+        if response.parameters["triton_final_response"].bool_param:
+            answers.setdefault(response.id, [])
+            if len(answers) == 5:
+                done.set()
+
+    client = grpcclient.InferenceServerClient(sequence_server.grpc_url)
+    client.start_stream(callback=collect)
+    steps = [("a1", 1, 2, True, False), ("b1", 2, 1, True, False), ("a2", 1, 3, False, False),
+             ("b2", 2, 2, False, True), ("a3", 1, 1, False, True)]
+    for request_id, sid, value, start, end in steps:
+        tensor = grpcclient.InferInput("INPUT", [1], "INT32")
+        tensor.set_data_from_numpy(np.array([value], dtype=np.int32))
+        client.async_stream_infer("counter", [tensor], request_id=request_id, sequence_id=sid, sequence_start=start,
+                                  sequence_end=end, enable_empty_final_response=True)
+    assert done.wait(timeout=30), answers
+    client.stop_stream()
+    assert answers == {"a1": [1, 2], "b1": [1], "a2": [3, 4, 5], "b2": [2, 3], "a3": [6]}
+    index = {m["name"]: m for m in requests.post(sequence_server.url("/v2/repository/index"), timeout=5).json()}
+    assert "implicit state of a decoupled model is not supported" in index["decoupled_state"]["reason"]
+    # Over HTTP infer a decoupled model is refused, as Triton refuses it.
+    http = httpclient.InferenceServerClient(sequence_server.http_url)
+    tensor = httpclient.InferInput("INPUT", [1], "INT32")
+    tensor.set_data_from_numpy(np.array([1], dtype=np.int32))
+    with pytest.raises(InferenceServerException, match="decoupled"):
+        http.infer("counter", [tensor], sequence_id=3, sequence_start=True)
 
 
 def test_oldest_batches_steps_of_different_sequences(sequence_server):

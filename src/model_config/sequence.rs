@@ -128,6 +128,8 @@ pub enum Strategy {
 pub struct SequenceSettings {
     pub strategy: Strategy,
     pub max_batch_size: u64,
+    /// A decoupled model's requests run one per execution: each has its own response sender.
+    pub decoupled: bool,
     pub idle: Duration,
     pub controls: Vec<ControlInput>,
     pub states: Vec<StateSpec>,
@@ -188,7 +190,8 @@ pub fn settings(config: &ModelConfig) -> LoadResult<Option<SequenceSettings>> {
         0 => DEFAULT_IDLE,
         us => Duration::from_micros(us),
     };
-    Ok(Some(SequenceSettings { strategy, max_batch_size, idle, controls, states }))
+    let decoupled = super::is_decoupled(config);
+    Ok(Some(SequenceSettings { strategy, max_batch_size, decoupled, idle, controls, states }))
 }
 
 impl ModelConfig {

@@ -76,9 +76,9 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
     if config.sequence_batching().is_some() {
         let named = ModelConfig { name: model_name.to_string(), ..config.clone() };
         sequence::settings(&named).map_err(|e| format!("{}: {e}", at("sequence_batching", 0)))?;
-        if super::is_decoupled(config) {
+        if super::is_decoupled(config) && !config.sequence_batching().is_some_and(|s| s.state.is_empty()) {
             return Err(format!(
-                "{}: sequence batching of a decoupled model is not supported by this server yet",
+                "{}: implicit state of a decoupled model is not supported by this server yet",
                 at("sequence_batching", 0)
             )
             .into());

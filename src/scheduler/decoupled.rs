@@ -38,12 +38,19 @@ impl Scheduler {
                 }
                 (execution.result, execution.queue)
             }
+            (Strategy::Sequence(sequencer, _), Ok(())) => {
+                // The sequence batcher runs a decoupled model's requests one per execution, and records them.
+                let batch_size = self.batch_size(&request);
+                request.responder = Some(responder.clone());
+                let answer = sequencer.submit(request, batch_size).await;
+                (answer.result, answer.queue)
+            }
             (Strategy::Ensemble(ensemble), Ok(())) => {
                 let wanted = self.signature.output_names(&request.requested_outputs);
                 (ensemble.run_decoupled(request, &wanted, &responder).await.map(|()| Vec::new()), Default::default())
             }
-            (Strategy::Dynamic(..) | Strategy::Sequence(..), Ok(())) => {
-                let message = format!("model '{}' is decoupled but scheduled by a batcher", self.name);
+            (Strategy::Dynamic(..), Ok(())) => {
+                let message = format!("model '{}' is decoupled but scheduled by the dynamic batcher", self.name);
                 (Err(Error::internal(message)), Default::default())
             }
         };

@@ -205,7 +205,7 @@ impl State {
 
     /// The sequences whose next requests make `lane`'s next batch, or when that batch falls due.
     fn choose(&self, lane: usize) -> std::result::Result<Vec<u64>, Instant> {
-        let max = self.settings.max_batch_size.max(1) as usize;
+        let max = if self.settings.decoupled { 1 } else { self.settings.max_batch_size.max(1) as usize };
         let mut ready: Vec<u64> =
             self.lanes[lane].members.iter().copied().filter(|key| self.sequences[key].ready()).collect();
         let head_of = |key: &u64| &self.sequences[key].queue[0];
