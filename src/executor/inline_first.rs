@@ -24,17 +24,26 @@ where
     F: Future<Output = ()> + Send + 'static,
 {
     fn execute(&self, call: F) {
-        let mut call = Box::pin(call);
-        // No waker is needed for this first poll: if the call waits, the task spawned below polls it again
-        // straight away, and a pending future only has to wake the waker of its latest poll.
-        let mut cx = Context::from_waker(Waker::noop());
-        match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut cx))) {
-            Ok(done) if done.is_ready() => {}
-            Ok(_) => drop(tokio::spawn(call)),
-            // As when a spawned call panics: that call is dropped (its stream is reset), the connection and
-            // its other calls carry on. The panic hook has already logged the message.
-            Err(_) => tracing::error!("a gRPC call panicked; its stream was reset"),
-        }
+        run_here_first(call, "a gRPC call panicked; its stream was reset");
+    }
+}
+
+/// Polls `call` once in the caller's thread, then, if it has to wait, on a task of its own. Besides the
+/// wake-up it saves, this starts calls in the order they are handed over: what a call does before its first
+/// wait (e.g. joining a sequence) happens before the next call starts. `on_panic` is logged if it panics
+/// there (the panic hook has already logged the message); the call is dropped, the caller carries on.
+pub fn run_here_first<F>(call: F, on_panic: &str)
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let mut call = Box::pin(call);
+    // No waker is needed for this first poll: if the call waits, the task spawned below polls it again
+    // straight away, and a pending future only has to wake the waker of its latest poll.
+    let mut cx = Context::from_waker(Waker::noop());
+    match catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(&mut cx))) {
+        Ok(done) if done.is_ready() => {}
+        Ok(_) => drop(tokio::spawn(call)),
+        Err(_) => tracing::error!("{on_panic}"),
     }
 }
 

@@ -25,7 +25,7 @@ use std::time::Duration;
 
 pub use busy_poll::Waiting;
 pub use in_flight::InFlight;
-pub use inline_first::InlineFirst;
+pub use inline_first::{run_here_first, InlineFirst};
 
 /// The multi-threaded runtime the server runs on, with busy polling for up to `busy_poll` per spin (zero:
 /// off). Call once, before anything else uses the runtime.

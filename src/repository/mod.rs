@@ -26,6 +26,7 @@ use futures_util::StreamExt;
 
 use crate::backends::ModelCaller;
 use crate::error::{Error, Result};
+use crate::executor;
 use crate::inference::{InferenceRequest, InferenceResponse, Responder, ResponseStream, Streamed};
 use crate::scheduler;
 
@@ -115,7 +116,14 @@ impl ModelRepository {
         let (responder, receiver) = Responder::channel();
         let (id, requested) = (request.id.clone(), request.requested_outputs.clone());
         let running = model.clone();
-        tokio::spawn(async move { running.scheduler().execute_decoupled(request, responder).await });
+        let execution = async move { running.scheduler().execute_decoupled(request, responder).await };
+        if model.scheduler().is_sequential() {
+            // A sequence's requests must reach its batcher in the order they came (one stream's requests are
+            // opened in order): the first stretch, up to joining the sequence, runs here; the rest on a task.
+            executor::run_here_first(execution, "a decoupled request panicked; its stream was ended");
+        } else {
+            tokio::spawn(execution);
+        }
         Ok(ResponseStream { decoupled: true, messages: scheduler::responses(model, receiver, id, requested) })
     }
 

@@ -114,6 +114,11 @@ impl Scheduler {
         result
     }
 
+    /// Whether requests run in the order they reach the scheduler (the sequence batcher's).
+    pub fn is_sequential(&self) -> bool {
+        matches!(self.strategy, Strategy::Sequence(..))
+    }
+
     pub fn statistics(&self) -> ModelStatistics {
         self.stats.snapshot(&self.name, self.version)
     }
