@@ -63,6 +63,24 @@ def fresh_repositories(name):
     return repos / "tessera", repos / "triton"
 
 
+def side_rows(rows, sides, reference="triton python"):
+    """Markdown rows `| concurrency | side | throughput | vs reference | p50 | vs reference | p99 |` from
+    (concurrency, {side: [(throughput, p50, p99) per trial]}) pairs: medians, and medians of per-trial ratios."""
+    lines = []
+    for concurrency, runs in rows:
+        theirs = runs[reference]
+        for side in sides:
+            ours = runs[side]
+
+            def versus(i):
+                return "" if side == reference else f"{ratio([r[i] for r in ours], [r[i] for r in theirs]):.2f}"
+
+            median = [statistics.median(r[i] for r in ours) for i in range(3)]
+            lines.append(f"| {concurrency} | {side} | {median[0]:.0f} | {versus(0)} | {median[1]:.0f} | {versus(1)} | "
+                         f"{median[2]:.0f} |")
+    return lines
+
+
 def free_port():
     import socket
 

@@ -20,7 +20,7 @@ import re
 import shutil
 import statistics
 
-from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, ratio,
+from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 SIDES = ("tessera onnx", "tessera wasm", "tessera python", "triton python")
@@ -98,13 +98,7 @@ def main():
              "backend.", "",
              "| concurrency | side | infer/s | vs Triton | p50 µs | vs Triton | p99 µs |",
              "|---|---|---|---|---|---|---|"]
-    for concurrency, runs in rows:
-        theirs = runs["triton python"]
-        for side in SIDES:
-            ours = runs[side]
-            versus = lambda i: "" if side == "triton python" else f"{ratio([r[i] for r in ours], [r[i] for r in theirs]):.2f}"
-            lines.append(f"| {concurrency} | {side} | {statistics.median(r[0] for r in ours):.0f} | {versus(0)} | "
-                         f"{statistics.median(r[1] for r in ours):.0f} | {versus(1)} | {statistics.median(r[2] for r in ours):.0f} |")
+    lines += side_rows(rows, SIDES)
     lines += ["", f"silero_vad (Tessera, ONNX Runtime, implicit state, oldest strategy), {VAD_STREAMS} concurrent "
               f"streams of 100 chunks: {statistics.median(r[0] for r in vad):.0f} chunks/s (32 ms of audio each), "
               f"p50 {statistics.median(r[1] for r in vad):.0f} µs, p99 {statistics.median(r[2] for r in vad):.0f} µs "

@@ -14,9 +14,8 @@ import datetime
 import json
 import os
 import shutil
-import statistics
 
-from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, ratio,
+from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 RESPONSES = 100
@@ -77,13 +76,7 @@ def main():
              "per-trial ratios against Triton's python backend.", "",
              "| concurrency | side | responses/s | vs Triton | first response p50 µs | vs Triton | p99 µs |",
              "|---|---|---|---|---|---|---|"]
-    for concurrency, runs in rows:
-        theirs = runs["triton python"]
-        for side in SIDES:
-            ours = runs[side]
-            versus = lambda i: "" if side == "triton python" else f"{ratio([r[i] for r in ours], [r[i] for r in theirs]):.2f}"
-            lines.append(f"| {concurrency} | {side} | {statistics.median(r[0] for r in ours):.0f} | {versus(0)} | "
-                         f"{statistics.median(r[1] for r in ours):.0f} | {versus(1)} | {statistics.median(r[2] for r in ours):.0f} |")
+    lines += side_rows(rows, SIDES)
     text = "\n".join(lines)
     print(text)
     RESULTS.mkdir(parents=True, exist_ok=True)
