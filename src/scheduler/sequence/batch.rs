@@ -65,10 +65,9 @@ pub struct Batch {
 impl Batch {
     /// Hands the batch to its leader, or, if the leader has gone, runs it on a task of its own.
     pub fn start(mut self) {
-        let (key, leader) = self.members.remove(0);
-        let Pending { request, flags, arrived, reply } = leader;
-        let (own_reply, _) = oneshot::channel();
-        self.members.insert(0, (key, Pending { request, flags, arrived, reply: own_reply }));
+        // The leader's answer is the value `lead` returns: its place in the batch keeps a reply nobody reads.
+        let (unread, _) = oneshot::channel();
+        let reply = std::mem::replace(&mut self.members[0].1.reply, unread);
         if let Err(Reply::Lead(batch)) = reply.send(Reply::Lead(self)) {
             tokio::spawn(batch.run());
         }

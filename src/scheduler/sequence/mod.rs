@@ -64,7 +64,7 @@ impl Shared {
             let batches = state.dispatch(self);
             // A sequence may have fallen idle: the timer must look by its idle deadline.
             let due = state.batch_due.map_or(state.idle_deadline(now), |d| d.min(state.idle_deadline(now)));
-            (batches, !state.closed && state.timer_needed_by(due))
+            (batches, state.timer_needed_by(due))
         };
         self.start(batches, wake);
     }
@@ -137,10 +137,7 @@ impl Sequencer {
             Err(e) => return refused(e),
         };
         let (reply, answer) = oneshot::channel();
-        let gone = || Answer {
-            result: Err(Error::Unavailable(format!("model '{}' is being unloaded", self.model))),
-            queue: arrived.elapsed(),
-        };
+        let gone = || Answer { result: Err(unloading(&self.model)), queue: arrived.elapsed() };
         let (batches, wake) = {
             let mut state = self.shared.lock();
             if state.closed {
@@ -178,6 +175,11 @@ impl Sequencer {
         self.inputs.check_id_type(&flags.id, &request.id, model)?;
         Ok(flags)
     }
+}
+
+/// Why a request of a model version that is going is refused.
+fn unloading(model: &str) -> Error {
+    Error::Unavailable(format!("model '{model}' is being unloaded"))
 }
 
 impl Drop for Sequencer {

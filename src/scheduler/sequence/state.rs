@@ -111,7 +111,7 @@ impl State {
     /// Refuses every queued request (the model version is going) and forgets the sequences.
     pub fn close(&mut self) {
         self.closed = true;
-        let unloading = Error::Unavailable(format!("model '{}' is being unloaded", self.model));
+        let unloading = super::unloading(&self.model);
         self.stats.sequences().sub(self.sequences.len() as i64);
         for (_, mut sequence) in self.sequences.drain() {
             for pending in sequence.queue.drain(..) {
