@@ -1,6 +1,6 @@
 //! The `tessera` binary: parse the command line, run the server until SIGINT/SIGTERM.
 
-use clap::Parser;
+use tessera::observability::logging::Log;
 
 /// mimalloc instead of glibc's malloc: every request allocates (headers, tensors, responses) and frees on
 /// another thread as often as not. Measured with bench/ab.py (4 paired trials, simple): HTTP c=4 1.21x and
@@ -9,9 +9,9 @@ use clap::Parser;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
-    let options = tessera::cli::Options::parse();
-    let _log = match tessera::observability::logging::Log::start(options.log_levels(), options.log_file.as_deref()) {
-        Ok(log) => log,
+    let options = tessera::cli::Options::parse_command_line();
+    let log = match Log::start(options.log_levels(), options.log_format, options.log_file.as_deref()) {
+        Ok(log) => std::sync::Arc::new(log),
         Err(e) => {
             eprintln!("cannot open the log file {:?}: {e}", options.log_file.as_deref().unwrap_or_default());
             return std::process::ExitCode::FAILURE;
@@ -24,7 +24,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(tessera::server::run(options));
+    for notice in &options.notices {
+        tracing::info!("{notice}");
+    }
+    let outcome = runtime.block_on(tessera::server::run(options, log));
     // What the exit timeout cut short (a connection, a plugin call, a build) is abandoned, not waited for.
     runtime.shutdown_background();
     match outcome {

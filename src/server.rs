@@ -14,17 +14,19 @@ use crate::backends::{ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::executor::connections::ConnectionLimits;
 use crate::frontends::{grpc, http, metrics};
+use crate::observability::logging::Log;
 use crate::observability::metrics::Metrics;
 use crate::repository::{Loader, ModelControl, ModelRepository};
-use crate::service::{HttpLimits, Service};
+use crate::service::{HttpLimits, Service, ServiceSettings};
 
-/// Loads every model, then serves HTTP and gRPC until a shutdown signal.
-pub async fn run(options: Options) -> anyhow::Result<()> {
+/// Loads every model, then serves HTTP and gRPC until a shutdown signal. `log` is the running log, which
+/// the logging extension changes.
+pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     options.check().map_err(anyhow::Error::msg)?;
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
     let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
-    let complete_configs = !options.disable_auto_complete_config;
+    let complete_configs = options.complete_configs();
     let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
@@ -44,6 +46,7 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         options.model_repositories.clone(),
         loader,
         repository.clone(),
+        options.model_load_thread_count as usize,
     ));
     control.start(&options.load_models).await.map_err(anyhow::Error::msg)?;
     report_failures(&repository);
@@ -58,13 +61,19 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
         header_timeout: Duration::from_secs(options.http_header_timeout_secs),
         body_timeout: Duration::from_secs(options.http_body_timeout_secs),
     };
-    let service = Arc::new(Service::new(repository.clone(), control, options.strict_readiness, http_limits));
+    let settings =
+        ServiceSettings { id: options.id.clone(), strict_readiness: options.strict_readiness, http_limits, log };
+    let service = Arc::new(Service::new(repository.clone(), control, settings));
     let header_timeout = http_limits.header_timeout;
     let limits = ConnectionLimits::for_process(options.max_connections, header_timeout);
-    let http_listener = bind(options.http_address, options.http_port, "HTTP").await?;
-    let grpc_listener = bind(options.grpc_address, options.grpc_port, "gRPC").await?;
-    tracing::info!("Started HTTPService at {}", display_addr(&http_listener));
-    tracing::info!("Started GRPCInferenceService at {}", display_addr(&grpc_listener));
+    let http_listener = match options.allow_http {
+        true => Some(bind(options.http_address, options.http_port, "HTTP").await?),
+        false => None,
+    };
+    let grpc_listener = match options.allow_grpc {
+        true => Some(bind(options.grpc_address, options.grpc_port, "gRPC").await?),
+        false => None,
+    };
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = |mut rx: watch::Receiver<bool>| async move {
@@ -77,15 +86,23 @@ pub async fn run(options: Options) -> anyhow::Result<()> {
     } else {
         None
     };
-    let http = tokio::spawn(http::serve(http_listener, service.clone(), limits.clone(), stopped(stop_rx.clone())));
-    let grpc = tokio::spawn(grpc::serve(grpc_listener, service.clone(), limits, stopped(stop_rx)));
+    let mut endpoints = Vec::new();
+    if let Some(listener) = http_listener {
+        tracing::info!("Started HTTPService at {}", display_addr(&listener));
+        let serving = http::serve(listener, service.clone(), limits.clone(), stopped(stop_rx.clone()));
+        endpoints.push(tokio::spawn(serving));
+    }
+    if let Some(listener) = grpc_listener {
+        tracing::info!("Started GRPCInferenceService at {}", display_addr(&listener));
+        endpoints.push(tokio::spawn(grpc::serve(listener, service.clone(), limits.clone(), stopped(stop_rx.clone()))));
+    }
     shutdown_signal().await;
     let exit_timeout = Duration::from_secs(options.exit_timeout_secs);
     tracing::info!("shutting down: no new connections; finishing in-flight requests for up to {exit_timeout:?}");
     service.begin_shutdown();
     let _ = stop_tx.send(true);
     let drained = async {
-        let _ = tokio::join!(http, grpc);
+        futures_util::future::join_all(endpoints).await;
         if let Some(metrics_server) = metrics_server {
             let _ = metrics_server.await;
         }

@@ -11,6 +11,7 @@ use crate::error::{Error, Result};
 use crate::inference::signature::TensorSpec;
 use crate::inference::{InferenceRequest, InferenceResponse, ResponseStream};
 use crate::model_config::ModelConfig;
+use crate::observability::logging::{Levels, Log, LogFormat, LogSettings};
 use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{ModelControl, ModelRepository};
 
@@ -18,8 +19,9 @@ use crate::repository::{ModelControl, ModelRepository};
 pub use crate::repository::{IndexEntry, LoadOverrides};
 
 /// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 6] = [
+pub const EXTENSIONS: [&str; 7] = [
     "binary_tensor_data",
+    "logging",
     "model_configuration",
     "model_repository",
     "model_repository(unload_dependents)",
@@ -27,8 +29,8 @@ pub const EXTENSIONS: [&str; 6] = [
     "statistics",
 ];
 
-pub struct ServerMetadata {
-    pub name: &'static str,
+pub struct ServerMetadata<'a> {
+    pub name: &'a str,
     pub version: &'static str,
     pub extensions: &'static [&'static str],
 }
@@ -58,27 +60,44 @@ pub struct HttpLimits {
     pub body_timeout: Duration,
 }
 
+/// How the server was started, as far as the service is concerned.
+pub struct ServiceSettings {
+    /// The name server metadata reports (`--id`, "triton" by default).
+    pub id: String,
+    /// Report the server ready only while every model is (`--strict-readiness`).
+    pub strict_readiness: bool,
+    pub http_limits: HttpLimits,
+    /// The running log, which the logging extension reads and changes.
+    pub log: Arc<Log>,
+}
+
+/// A change the logging extension asks for; `None` leaves a setting as it is.
+#[derive(Default, Debug)]
+pub struct LogChange {
+    pub info: Option<bool>,
+    pub warning: Option<bool>,
+    pub error: Option<bool>,
+    pub verbose: Option<u32>,
+    pub format: Option<LogFormat>,
+}
+
+/// Triton's answer to a request that names a log file: the file is chosen at start-up only.
+pub const LOG_FILE_FIXED: &str = "log file location can not be updated through network protocol";
+
 pub struct Service {
     repository: Arc<ModelRepository>,
     control: Arc<ModelControl>,
-    strict_readiness: bool,
-    http_limits: HttpLimits,
+    settings: ServiceSettings,
     shutting_down: AtomicBool,
 }
 
 impl Service {
-    /// `strict_readiness`: report the server ready only while every model is (`--strict-readiness`).
-    pub fn new(
-        repository: Arc<ModelRepository>,
-        control: Arc<ModelControl>,
-        strict_readiness: bool,
-        http_limits: HttpLimits,
-    ) -> Self {
-        Service { repository, control, strict_readiness, http_limits, shutting_down: AtomicBool::new(false) }
+    pub fn new(repository: Arc<ModelRepository>, control: Arc<ModelControl>, settings: ServiceSettings) -> Self {
+        Service { repository, control, settings, shutting_down: AtomicBool::new(false) }
     }
 
     pub fn http_limits(&self) -> HttpLimits {
-        self.http_limits
+        self.settings.http_limits
     }
 
     /// From now on the server reports itself neither live nor ready.
@@ -92,13 +111,39 @@ impl Service {
 
     /// Ready unless shutting down; with strict readiness, also only when every model loaded.
     pub fn is_ready(&self) -> bool {
-        self.is_live() && (!self.strict_readiness || self.repository.all_ready())
+        self.is_live() && (!self.settings.strict_readiness || self.repository.all_ready())
     }
 
-    /// The server's name is "triton", as Triton answers: clients check it (Triton's own health-and-metadata
-    /// examples fail on any other name). The version is Tessera's.
-    pub fn server_metadata(&self) -> ServerMetadata {
-        ServerMetadata { name: "triton", version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+    /// The server's name is `--id`, "triton" unless set, as Triton answers: clients check it (Triton's own
+    /// health-and-metadata examples fail on any other name). The version is Tessera's.
+    pub fn server_metadata(&self) -> ServerMetadata<'_> {
+        ServerMetadata { name: &self.settings.id, version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+    }
+
+    /// The logging extension's settings.
+    pub fn log_settings(&self) -> LogSettings {
+        self.settings.log.settings()
+    }
+
+    /// Applies what `change` sets, all of it at once, and answers the settings now in force.
+    pub fn change_log_settings(&self, change: LogChange) -> LogSettings {
+        let log = &self.settings.log;
+        let now = log.settings();
+        let levels = Levels {
+            info: change.info.unwrap_or(now.levels.info),
+            warning: change.warning.unwrap_or(now.levels.warning),
+            error: change.error.unwrap_or(now.levels.error),
+            verbose: change.verbose.unwrap_or(now.levels.verbose),
+        };
+        log.change(levels, change.format.unwrap_or(now.format));
+        if levels != now.levels || change.format.is_some_and(|format| format != now.format) {
+            let Levels { info, warning, error, verbose } = levels;
+            let format = change.format.unwrap_or(now.format).name();
+            tracing::info!(
+                "log settings changed: info={info} warning={warning} error={error} verbose={verbose} format={format}"
+            );
+        }
+        log.settings()
     }
 
     /// Ok when the version (the newest ready one for an empty `version`) can serve; else why not.

@@ -24,10 +24,11 @@ use tessera::executor::connections::ConnectionLimits;
 use tessera::frontends::{grpc, http};
 use tessera::inference::InferenceRequest;
 use tessera::model_config::{self, ModelConfig};
+use tessera::observability::logging::{Levels, Log, LogFormat};
 use tessera::observability::metrics::Metrics;
 use tessera::proto::inference as pb;
 use tessera::repository::{ControlMode, Loader, ModelControl, ModelRecord, ModelRepository, ModelVersion};
-use tessera::service::{HttpLimits, Service};
+use tessera::service::{HttpLimits, Service, ServiceSettings};
 use tessera::tensor::Tensor;
 use tessera::Result;
 
@@ -111,13 +112,17 @@ async fn serve(models: Vec<(&str, Vec<Box<dyn Instance>>)>) -> TestServer {
     }
     let runtimes = Runtimes::new(None, Peers::default(), None, None, true).unwrap();
     let loader = Loader { runtime, runtimes, metrics: Arc::new(metrics), config_name: None };
-    let control = Arc::new(ModelControl::new(ControlMode::Explicit, Vec::new(), loader, repository.clone()));
+    let control = Arc::new(ModelControl::new(ControlMode::Explicit, Vec::new(), loader, repository.clone(), 4));
     let limits = HttpLimits {
         max_input_size: 1 << 20,
         header_timeout: Duration::from_secs(5),
         body_timeout: Duration::from_secs(5),
     };
-    let service = Arc::new(Service::new(repository, control, true, limits));
+    let log = Arc::new(
+        Log::start(Levels { info: false, warning: true, error: true, verbose: 0 }, LogFormat::Default, None).unwrap(),
+    );
+    let settings = ServiceSettings { id: "triton".into(), strict_readiness: true, http_limits: limits, log };
+    let service = Arc::new(Service::new(repository, control, settings));
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {
         let _ = rx.wait_for(|stop| *stop).await;

@@ -225,7 +225,7 @@ def test_a_slow_load_does_not_hold_up_the_others_and_shows_as_loading(tmp_path):
         assert client.is_model_ready("slow")
     finally:
         assert server.stop() == 0
-    assert 'model loaded model="fast"' in server.log() and 'model loaded model="slow"' in server.log()
+    assert '"model loaded" model="fast"' in server.log() and '"model loaded" model="slow"' in server.log()
 
 
 def test_load_model_star_loads_all_and_cannot_be_combined(repo, tmp_path):

@@ -84,11 +84,23 @@ pub struct ModelControl {
     table: Arc<ModelRepository>,
     /// One lock per model name, held for the whole of a load or unload of that model.
     locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// How many models may be building at once (`--model-load-thread-count`); a permit is held only while
+    /// a model builds, never while it waits for the models it depends on.
+    build_slots: tokio::sync::Semaphore,
 }
 
 impl ModelControl {
-    pub fn new(mode: ControlMode, repositories: Vec<PathBuf>, loader: Loader, table: Arc<ModelRepository>) -> Self {
-        ModelControl { mode, repositories, loader: Arc::new(loader), table, locks: Mutex::new(HashMap::new()) }
+    /// `concurrent_builds`: how many models may build at once (at least one).
+    pub fn new(
+        mode: ControlMode,
+        repositories: Vec<PathBuf>,
+        loader: Loader,
+        table: Arc<ModelRepository>,
+        concurrent_builds: usize,
+    ) -> Self {
+        let (locks, loader) = (Mutex::new(HashMap::new()), Arc::new(loader));
+        let build_slots = tokio::sync::Semaphore::new(concurrent_builds.max(1));
+        ModelControl { mode, repositories, loader, table, locks, build_slots }
     }
 
     /// Loads what the mode asks for at start-up, every model concurrently: all of them, or in explicit mode
@@ -276,6 +288,7 @@ impl ModelControl {
                 }
             }
             let started = Instant::now();
+            let _slot = self.build_slots.acquire().await.map_err(|e| format!("loading stopped unexpectedly: {e}"))?;
             let (loader, table, model, config, before) =
                 (self.loader.clone(), self.table.clone(), name.to_string(), overrides.config, previous.clone());
             let loaded = tokio::task::spawn_blocking(move || {

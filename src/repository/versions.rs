@@ -36,12 +36,13 @@ pub fn newest(model_dir: &Path) -> Option<i64> {
     numeric_subdirectories(model_dir).ok()?.into_iter().max()
 }
 
-/// The versions present: subdirectories named by a non-negative number, in no particular order.
+/// The versions present: subdirectories named by a non-negative number, in no particular order. A link to
+/// a directory is a version directory, as in Triton (Kubernetes volumes are laid out with links).
 pub(super) fn numeric_subdirectories(model_dir: &Path) -> Result<Vec<i64>, String> {
     let entries = std::fs::read_dir(model_dir).map_err(|e| format!("cannot read {}: {e}", model_dir.display()))?;
     Ok(entries
         .filter_map(|entry| entry.ok())
-        .filter(|entry| entry.file_type().is_ok_and(|t| t.is_dir()))
+        .filter(|entry| entry.path().is_dir())
         .filter_map(|entry| entry.file_name().to_str()?.parse::<i64>().ok())
         .filter(|&v| v >= 0)
         .collect())

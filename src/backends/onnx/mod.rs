@@ -1,6 +1,6 @@
 //! The ONNX Runtime backend (`platform: "onnxruntime_onnx"` or `backend: "onnxruntime"`), through `ort` with
 //! the runtime library loaded at run time. The library is found, in order, from
-//! `--backend-config=onnxruntime,library=PATH`, `ORT_DYLIB_PATH`, or the project's cache
+//! `--backend-config=onnxruntime,library=PATH`, `ORT_DYLIB_PATH` (unless empty), or the project's cache
 //! (`.cache/onnxruntime/`, put there by setup). Without it ONNX models fail to load with that reason and
 //! everything else keeps serving.
 //!
@@ -39,7 +39,7 @@ impl OnnxRuntime {
     /// `configured`: the library path given with `--backend-config=onnxruntime,library=PATH`, if any.
     pub fn new(configured: Option<PathBuf>) -> Self {
         let library = configured
-            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").map(PathBuf::from))
+            .or_else(|| std::env::var_os("ORT_DYLIB_PATH").filter(|path| !path.is_empty()).map(PathBuf::from))
             .or_else(|| super::setup_cache_file("onnxruntime/libonnxruntime.so"));
         OnnxRuntime { library, environment: OnceLock::new() }
     }

@@ -11,6 +11,7 @@
 
 mod convert;
 mod health;
+mod logging;
 mod repository;
 mod stream;
 
@@ -211,7 +212,8 @@ impl GrpcInferenceService for GrpcService {
         Err(unimplemented("TraceSetting"))
     }
 
-    async fn log_settings(&self, _: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
-        Err(unimplemented("LogSettings"))
+    async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {
+        let change = logging::log_change(&request.into_inner().settings)?;
+        Ok(Response::new(logging::response(self.service.change_log_settings(change))))
     }
 }

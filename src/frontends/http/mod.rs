@@ -5,6 +5,7 @@ mod chunks;
 mod generate;
 mod infer;
 mod json_data;
+mod logging;
 mod repository;
 mod routes;
 
@@ -46,6 +47,7 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v2/models/stats", get(routes::all_statistics))
         .route("/v2/models/{model}/stats", get(routes::model_statistics))
         .route("/v2/models/{model}/versions/{version}/stats", get(routes::model_statistics_version))
+        .route("/v2/logging", get(logging::settings).post(logging::change))
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
@@ -150,4 +152,16 @@ fn decoded_body(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Bytes,
 /// A JSON response with Triton's `{"error": ...}` shape for a status without an `Error` value.
 fn error_body(status: StatusCode, message: &str) -> Response {
     (status, Json(serde_json::json!({ "error": message }))).into_response()
+}
+
+/// A request body that must be a JSON object, or nothing (an empty object), as Triton's extensions take.
+fn body_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(serde_json::Map::new());
+    }
+    match serde_json::from_slice(body) {
+        Ok(serde_json::Value::Object(map)) => Ok(map),
+        Ok(_) => Err(Error::invalid("the request body must be a JSON object")),
+        Err(e) => Err(Error::invalid(format!("the request body is not valid JSON: {e}"))),
+    }
 }

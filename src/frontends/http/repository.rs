@@ -18,6 +18,8 @@ use crate::error::{Error, Result};
 use crate::service::LoadOverrides;
 use crate::service::Service;
 
+use super::body_object;
+
 type Ctx = State<Arc<Service>>;
 
 pub async fn index(State(ctx): Ctx, body: Bytes) -> Response {
@@ -72,17 +74,6 @@ pub async fn unload(State(ctx): Ctx, Path(model): Path<String>, body: Bytes) -> 
 }
 
 /// The body as a JSON object; an empty body is an empty object.
-fn body_object(body: &[u8]) -> Result<Map<String, Value>> {
-    if body.iter().all(u8::is_ascii_whitespace) {
-        return Ok(Map::new());
-    }
-    match serde_json::from_slice(body) {
-        Ok(Value::Object(map)) => Ok(map),
-        Ok(_) => Err(Error::invalid("the request body must be a JSON object")),
-        Err(e) => Err(Error::invalid(format!("the request body is not valid JSON: {e}"))),
-    }
-}
-
 fn parameters(body: &Map<String, Value>) -> Result<Map<String, Value>> {
     match body.get("parameters") {
         None => Ok(Map::new()),

@@ -6,7 +6,8 @@
 //! The level switches are a `tracing` filter whose answer is cached per call site, so a line that is off
 //! costs nothing; the filter sits in a reloadable slot so that the settings can change while the server
 //! runs (the logging extension), which rebuilds that cache. `TESSERA_LOG` (an `EnvFilter` directive) replaces
-//! the switches, for debugging Tessera itself.
+//! the switches, for debugging Tessera itself. Without a file, informational and verbose lines go to
+//! standard output and warnings and errors to standard error, as tritonserver's do.
 
 use std::fs::File;
 use std::io::Write;
@@ -19,6 +20,11 @@ use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{reload, EnvFilter, Registry};
+
+mod format;
+
+pub use format::LogFormat;
+use format::{Lines, SharedFormat};
 
 /// Which levels are logged, as tritonserver's flags say.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,23 +78,36 @@ impl<S> Filter<S> for Levels {
     }
 }
 
-/// The running server's log: its levels and where it goes, both changeable.
+/// What the logging extension reports and changes: tritonserver's settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LogSettings {
+    /// The log file, empty for the standard streams.
+    pub file: String,
+    pub levels: Levels,
+    pub format: LogFormat,
+}
+
+/// The running server's log: its levels, layout and destination, all changeable.
 pub struct Log {
-    levels: Option<reload::Handle<Levels, Registry>>,
+    levels: Mutex<Levels>,
+    /// The filter's slot; `None` under `TESSERA_LOG`, whose directives then decide instead of `levels`.
+    filter: Option<reload::Handle<Levels, Registry>>,
+    format: SharedFormat,
     output: Output,
 }
 
 impl Log {
-    /// Starts logging with `levels` to `file` (standard error when `None`). Fails if the file cannot be
-    /// opened for appending.
-    pub fn start(levels: Levels, file: Option<&str>) -> std::io::Result<Self> {
+    /// Starts logging with `levels` and `format` to `file` (the standard streams when `None`). Fails if
+    /// the file cannot be opened for appending.
+    pub fn start(levels: Levels, format: LogFormat, file: Option<&str>) -> std::io::Result<Self> {
         let output = Output::default();
         if let Some(path) = file {
             output.send_to(Some(path))?;
         }
-        let ansi = file.is_none() && std::io::IsTerminal::is_terminal(&std::io::stderr());
-        let lines = tracing_subscriber::fmt::layer().with_writer(output.clone()).with_ansi(ansi);
-        let levels = match EnvFilter::try_from_env("TESSERA_LOG") {
+        let shared = SharedFormat::new(format);
+        let lines =
+            tracing_subscriber::fmt::layer().with_writer(output.clone()).event_format(Lines::new(shared.clone()));
+        let filter = match EnvFilter::try_from_env("TESSERA_LOG") {
             Ok(directives) => {
                 let _ = Registry::default().with(lines.with_filter(directives)).try_init();
                 None
@@ -99,48 +118,55 @@ impl Log {
                 Some(handle)
             }
         };
-        Ok(Log { levels, output })
+        Ok(Log { levels: Mutex::new(levels), filter, format: shared, output })
     }
 
-    /// The levels now in force (under `TESSERA_LOG`, the ones it replaced are not tracked: `None`).
-    pub fn levels(&self) -> Option<Levels> {
-        self.levels.as_ref()?.clone_current()
+    /// The settings in force.
+    pub fn settings(&self) -> LogSettings {
+        LogSettings { file: self.output.path(), levels: *lock(&self.levels), format: self.format.get() }
     }
 
-    /// Changes the levels for every line from now on.
-    pub fn set_levels(&self, levels: Levels) {
-        if let Some(handle) = &self.levels {
+    /// Changes the levels and the layout of every line from now on.
+    pub fn change(&self, levels: Levels, format: LogFormat) {
+        *lock(&self.levels) = levels;
+        if let Some(handle) = &self.filter {
             let _ = handle.reload(levels);
         }
-    }
-
-    /// Sends the log to the file at `path` (appending), or to standard error with `None`.
-    pub fn send_to(&self, path: Option<&str>) -> std::io::Result<()> {
-        self.output.send_to(path)
+        self.format.set(format);
     }
 }
 
-/// Where log lines are written: a file when one is set, else standard error.
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Where log lines are written: a file when one is set, else standard output or error by level.
 #[derive(Clone, Default)]
 struct Output {
-    file: Arc<Mutex<Option<File>>>,
+    file: Arc<Mutex<Option<(File, String)>>>,
 }
 
 impl Output {
     fn send_to(&self, path: Option<&str>) -> std::io::Result<()> {
         let file = match path {
-            Some(path) => Some(std::fs::OpenOptions::new().create(true).append(true).open(path)?),
+            Some(path) => Some((std::fs::OpenOptions::new().create(true).append(true).open(path)?, path.to_string())),
             None => None,
         };
-        *self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = file;
+        *lock(&self.file) = file;
         Ok(())
+    }
+
+    fn path(&self) -> String {
+        lock(&self.file).as_ref().map(|(_, path)| path.clone()).unwrap_or_default()
     }
 }
 
 /// One line's writer: the line is formatted into it, then written whole where the log goes.
 pub struct LineWriter {
     line: Vec<u8>,
-    file: Arc<Mutex<Option<File>>>,
+    file: Arc<Mutex<Option<(File, String)>>>,
+    /// Where the line goes without a file: standard error for warnings and errors.
+    to_stderr: bool,
 }
 
 impl Write for LineWriter {
@@ -156,10 +182,10 @@ impl Write for LineWriter {
 
 impl Drop for LineWriter {
     fn drop(&mut self) {
-        let mut file = self.file.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let _ = match file.as_mut() {
-            Some(file) => file.write_all(&self.line),
-            None => std::io::stderr().write_all(&self.line),
+        let _ = match lock(&self.file).as_mut() {
+            Some((file, _)) => file.write_all(&self.line),
+            None if self.to_stderr => std::io::stderr().write_all(&self.line),
+            None => std::io::stdout().lock().write_all(&self.line),
         };
     }
 }
@@ -168,7 +194,12 @@ impl<'a> MakeWriter<'a> for Output {
     type Writer = LineWriter;
 
     fn make_writer(&'a self) -> LineWriter {
-        LineWriter { line: Vec::with_capacity(256), file: self.file.clone() }
+        LineWriter { line: Vec::with_capacity(256), file: self.file.clone(), to_stderr: true }
+    }
+
+    fn make_writer_for(&'a self, metadata: &Metadata<'_>) -> LineWriter {
+        let to_stderr = *metadata.level() <= tracing::Level::WARN;
+        LineWriter { line: Vec::with_capacity(256), file: self.file.clone(), to_stderr }
     }
 }
 
