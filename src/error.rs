@@ -48,6 +48,9 @@ pub enum Error {
     /// The named model or version does not exist (404 / NOT_FOUND).
     #[error("{0}")]
     NotFound(String),
+    /// What the request would create exists already, e.g. a shared memory region (400 / ALREADY_EXISTS).
+    #[error("{0}")]
+    AlreadyExists(String),
     /// The model exists but cannot serve right now, e.g. it failed to load (400 / UNAVAILABLE, as Triton).
     #[error("{0}")]
     NotReady(String),
@@ -78,6 +81,7 @@ impl Error {
             Error::InvalidArgument(m) => Error::InvalidArgument(prefixed(m)),
             Error::NotFound(m) => Error::NotFound(prefixed(m)),
             Error::NotReady(m) => Error::NotReady(prefixed(m)),
+            Error::AlreadyExists(m) => Error::AlreadyExists(prefixed(m)),
             Error::Unavailable(m) => Error::Unavailable(prefixed(m)),
             Error::Unimplemented(m) => Error::Unimplemented(prefixed(m)),
             Error::Internal(m) => Error::Internal(prefixed(m)),
@@ -86,7 +90,7 @@ impl Error {
 
     pub fn http_status(&self) -> StatusCode {
         match self {
-            Error::InvalidArgument(_) | Error::NotReady(_) => StatusCode::BAD_REQUEST,
+            Error::InvalidArgument(_) | Error::NotReady(_) | Error::AlreadyExists(_) => StatusCode::BAD_REQUEST,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
             Error::Unimplemented(_) => StatusCode::NOT_IMPLEMENTED,
@@ -98,6 +102,7 @@ impl Error {
         match self {
             Error::InvalidArgument(_) => tonic::Code::InvalidArgument,
             Error::NotFound(_) => tonic::Code::NotFound,
+            Error::AlreadyExists(_) => tonic::Code::AlreadyExists,
             Error::NotReady(_) | Error::Unavailable(_) => tonic::Code::Unavailable,
             Error::Unimplemented(_) => tonic::Code::Unimplemented,
             Error::Internal(_) => tonic::Code::Internal,

@@ -9,6 +9,7 @@
 //! - `repository` holds the model table and changes it (model control: load, reload, unload, poll);
 //! - `scheduler` runs each model version's requests: checks, queue, dynamic batching, statistics;
 //! - `backends` execute: `wasm` (the plugin host, Python models) and `onnx`;
+//! - `shared_memory` holds the regions clients register, where tensors are read from and written to;
 //! - `executor` is how all of them use the runtime's threads; `observability` records logs, statistics and
 //!   metrics below the scheduler; `server` starts and stops the whole.
 //!
@@ -37,6 +38,7 @@ pub mod repository;
 pub(crate) mod scheduler;
 pub mod server;
 pub mod service;
+pub mod shared_memory;
 pub mod tensor;
 
 pub use error::{Error, Result};

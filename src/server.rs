@@ -61,8 +61,13 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
         header_timeout: Duration::from_secs(options.http_header_timeout_secs),
         body_timeout: Duration::from_secs(options.http_body_timeout_secs),
     };
-    let settings =
-        ServiceSettings { id: options.id.clone(), strict_readiness: options.strict_readiness, http_limits, log };
+    let settings = ServiceSettings {
+        id: options.id.clone(),
+        strict_readiness: options.strict_readiness,
+        http_limits,
+        log,
+        allow_client_shm: options.allow_client_shm,
+    };
     let service = Arc::new(Service::new(repository.clone(), control, settings));
     let header_timeout = http_limits.header_timeout;
     let limits = ConnectionLimits::for_process(options.max_connections, header_timeout);

@@ -14,19 +14,22 @@ use crate::model_config::ModelConfig;
 use crate::observability::logging::{Levels, Log, LogFormat, LogSettings};
 use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{ModelControl, ModelRepository};
+use crate::shared_memory::SharedMemory;
 
 /// What the repository API's operations take and give, named here for the frontends.
 pub use crate::repository::{IndexEntry, LoadOverrides};
 
 /// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 7] = [
+pub const EXTENSIONS: [&str; 9] = [
     "binary_tensor_data",
+    "cuda_shared_memory",
     "logging",
     "model_configuration",
     "model_repository",
     "model_repository(unload_dependents)",
     "parameters",
     "statistics",
+    "system_shared_memory",
 ];
 
 pub struct ServerMetadata<'a> {
@@ -69,6 +72,8 @@ pub struct ServiceSettings {
     pub http_limits: HttpLimits,
     /// The running log, which the logging extension reads and changes.
     pub log: Arc<Log>,
+    /// Whether clients may register shared memory regions (`--allow-client-shm`).
+    pub allow_client_shm: bool,
 }
 
 /// A change the logging extension asks for; `None` leaves a setting as it is.
@@ -87,13 +92,20 @@ pub const LOG_FILE_FIXED: &str = "log file location can not be updated through n
 pub struct Service {
     repository: Arc<ModelRepository>,
     control: Arc<ModelControl>,
+    shared_memory: SharedMemory,
     settings: ServiceSettings,
     shutting_down: AtomicBool,
 }
 
 impl Service {
     pub fn new(repository: Arc<ModelRepository>, control: Arc<ModelControl>, settings: ServiceSettings) -> Self {
-        Service { repository, control, settings, shutting_down: AtomicBool::new(false) }
+        let shared_memory = SharedMemory::new(settings.allow_client_shm);
+        Service { repository, control, shared_memory, settings, shutting_down: AtomicBool::new(false) }
+    }
+
+    /// The shared memory regions clients registered, which inference reads inputs from and writes outputs to.
+    pub fn shared_memory(&self) -> &SharedMemory {
+        &self.shared_memory
     }
 
     pub fn http_limits(&self) -> HttpLimits {

@@ -121,7 +121,13 @@ async fn serve(models: Vec<(&str, Vec<Box<dyn Instance>>)>) -> TestServer {
     let log = Arc::new(
         Log::start(Levels { info: false, warning: true, error: true, verbose: 0 }, LogFormat::Default, None).unwrap(),
     );
-    let settings = ServiceSettings { id: "triton".into(), strict_readiness: true, http_limits: limits, log };
+    let settings = ServiceSettings {
+        id: "triton".into(),
+        strict_readiness: true,
+        http_limits: limits,
+        log,
+        allow_client_shm: false,
+    };
     let service = Arc::new(Service::new(repository, control, settings));
     let (stop, stopped) = watch::channel(false);
     let until_stopped = |mut rx: watch::Receiver<bool>| async move {

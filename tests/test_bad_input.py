@@ -284,11 +284,6 @@ def test_grpc_plugin_trap(stub):
 
 
 def test_grpc_unimplemented_rpcs_say_so(stub):
-    grpc_error(
-        lambda: stub.SystemSharedMemoryStatus(service_pb2.SystemSharedMemoryStatusRequest()),
-        grpc.StatusCode.UNIMPLEMENTED,
-        "SystemSharedMemoryStatus",
-    )
     grpc_error(lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()), grpc.StatusCode.UNIMPLEMENTED, "TraceSetting")
 
 
@@ -316,8 +311,8 @@ def test_bf16_binary_round_trip(http):
     assert as_json.json()["outputs"][0]["data"] == values.tolist()
 
 
-def test_shared_memory_is_refused_not_ignored(http):
+def test_an_unregistered_shared_memory_region_is_refused_not_ignored(http):
     inputs = simple_inputs()
     inputs[0]["parameters"] = {"shared_memory_region": "input0_region", "shared_memory_byte_size": 64}
     del inputs[0]["data"]
-    assert_error(http("/v2/models/simple/infer", infer_body(inputs)), 501, "shared_memory_region", "not supported")
+    assert_error(http("/v2/models/simple/infer", infer_body(inputs)), 404, "Unable to find shared memory region: 'input0_region'")

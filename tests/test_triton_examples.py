@@ -7,8 +7,8 @@ against a repository of that many models in explicit mode, as Triton's own tests
 The sequence examples run twice: as they are (`simple_sequence`) and with `-d` (the dynamic-sequence models
 `simple_dyna_sequence` and `simple_string_dyna_sequence`).
 
-Not here yet: `reuse_infer_objects_client.py` (it unregisters system shared memory, #21) and the
-shared-memory examples (#21)."""
+The shared-memory examples and `reuse_infer_objects_client.py` need `--allow-client-shm=true`; they run in
+`test_shared_memory.py`."""
 
 import pathlib
 import shutil

@@ -167,6 +167,11 @@ pub struct Options {
     #[arg(help_heading = "Backend", long, env = "TESSERA_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
+    /// Let clients register and unregister shared memory regions for inference inputs and outputs (false:
+    /// register and unregister are refused, as in tritonserver).
+    #[arg(help_heading = "Shared Memory", long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
+    pub allow_client_shm: bool,
+
     /// DEPRECATED (as in tritonserver): `true` is `--disable-auto-complete-config`.
     #[arg(help_heading = "DEPRECATED", long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub strict_model_config: bool,

@@ -17,20 +17,6 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// Tensor parameters of protocol extensions this server does not offer yet. A request that uses one is
-/// refused with a message saying so, rather than served as if the parameter were absent.
-const UNSUPPORTED_TENSOR_PARAMETERS: [&str; 1] = ["shared_memory_region"];
-
-/// Refuses tensor `name` if any of its parameter `keys` belongs to an extension not offered yet.
-pub fn reject_unsupported<'k>(mut keys: impl Iterator<Item = &'k String>, name: &str) -> Result<()> {
-    match keys.find(|key| UNSUPPORTED_TENSOR_PARAMETERS.contains(&key.as_str())) {
-        Some(key) => {
-            Err(Error::Unimplemented(format!("'{name}': the '{key}' parameter is not supported by this server yet")))
-        }
-        None => Ok(()),
-    }
-}
-
 /// A request parameter (KServe allows bool, integer, floating point and string values).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Parameter {

@@ -1,44 +1,70 @@
 //! `ModelInferRequest` → `InferenceRequest` and `InferenceResponse` → `ModelInferResponse`. Inputs come
 //! either as `raw_input_contents` (one little-endian buffer per input, in input order; what tritonclient
-//! sends) or as typed `contents`; outputs always go back as `raw_output_contents` in output order.
+//! sends) or as typed `contents`, or from a registered shared memory region (`shared_memory_region`,
+//! `shared_memory_offset`, `shared_memory_byte_size` parameters); outputs go back as `raw_output_contents`
+//! in output order, or are written into the region their request named.
 
 use std::collections::HashMap;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
 use crate::error::{Error, Result};
-use crate::inference::{reject_unsupported, InferenceRequest, InferenceResponse, Parameter};
+use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
 use crate::proto::inference::{
     infer_parameter::ParameterChoice, model_infer_request::InferInputTensor, model_infer_response::InferOutputTensor,
     InferParameter, InferTensorContents, ModelInferRequest, ModelInferResponse,
 };
+use crate::shared_memory::{OutputPlace, SharedMemory, ShmReference};
 use crate::tensor::{element_count, encode_bytes_elements, DataType, Tensor};
 
-pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest> {
+/// Decodes a request, and where each requested output goes in shared memory (`None`: in the response).
+pub fn request_from_proto(
+    request: ModelInferRequest,
+    shm: &SharedMemory,
+) -> Result<(InferenceRequest, Vec<Option<OutputPlace>>)> {
+    let references =
+        request.inputs.iter().map(|input| shm_reference(&input.name, &input.parameters)).collect::<Result<Vec<_>>>()?;
+    // Inputs in shared memory have no raw contents; the others take them in order.
+    let in_message = references.iter().filter(|reference| reference.is_none()).count();
     let raw = request.raw_input_contents;
-    if !raw.is_empty() && raw.len() != request.inputs.len() {
+    if !raw.is_empty() && raw.len() != in_message {
         return Err(Error::invalid(format!(
-            "raw_input_contents has {} entries but the request has {} inputs",
-            raw.len(),
-            request.inputs.len()
+            "raw_input_contents has {} entries but the request has {in_message} inputs not in shared memory",
+            raw.len()
         )));
     }
     let mut raw = raw.into_iter();
-    let inputs =
-        request.inputs.into_iter().map(|input| input_from_proto(input, raw.next())).collect::<Result<Vec<_>>>()?;
+    let inputs = request
+        .inputs
+        .into_iter()
+        .zip(references)
+        .map(|(input, reference)| match reference {
+            Some(place) => input_from_shared_memory(input, &place, shm),
+            None => input_from_proto(input, raw.next()),
+        })
+        .collect::<Result<Vec<_>>>()?;
     let mut class_counts = Vec::new();
+    let mut places = Vec::with_capacity(request.outputs.len());
     let requested_outputs = request
         .outputs
         .into_iter()
         .map(|output| {
-            reject_unsupported(output.parameters.keys(), &output.name)?;
-            if let Some(count) = class_count(&output.parameters)? {
+            let class_count = class_count(&output.parameters)?;
+            let place = match shm_reference(&output.name, &output.parameters)? {
+                Some(_) if class_count.is_some() => {
+                    return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'classification'"))
+                }
+                Some(place) => Some(shm.output(&place.region, place.offset, place.byte_size)?),
+                None => None,
+            };
+            places.push(place);
+            if let Some(count) = class_count {
                 class_counts.push((output.name.clone(), count));
             }
             Ok(output.name)
         })
         .collect::<Result<_>>()?;
-    Ok(InferenceRequest {
+    let request = InferenceRequest {
         model: request.model_name,
         version: request.model_version,
         id: request.id,
@@ -47,7 +73,51 @@ pub fn request_from_proto(request: ModelInferRequest) -> Result<InferenceRequest
         class_counts,
         parameters: parameters_from_proto(request.parameters)?,
         responder: None,
-    })
+    };
+    Ok((request, places))
+}
+
+/// A tensor's shared memory parameters, if it names a region, checked as Triton checks them.
+fn shm_reference(tensor: &str, parameters: &HashMap<String, InferParameter>) -> Result<Option<ShmReference>> {
+    let choice = |key: &str| parameters.get(key).map(|parameter| parameter.parameter_choice.as_ref());
+    let wrong_type = |key: &str, expected: &str| {
+        Error::invalid(format!("invalid value type for '{key}' parameter for tensor '{tensor}', expected {expected}."))
+    };
+    let region = match choice("shared_memory_region") {
+        None => None,
+        Some(Some(ParameterChoice::StringParam(region))) => Some(region.clone()),
+        Some(_) => return Err(wrong_type("shared_memory_region", "string_param")),
+    };
+    let number = |key: &str| match choice(key) {
+        None => Ok(None),
+        Some(_) if region.is_none() => Err(Error::invalid(format!(
+            "'{key}' can not be specified without 'shared_memory_region' parameter for tensor '{tensor}'"
+        ))),
+        Some(Some(ParameterChoice::Int64Param(value))) => u64::try_from(*value)
+            .map(Some)
+            .map_err(|_| Error::invalid(format!("'{key}' of tensor '{tensor}' must not be negative, got {value}"))),
+        Some(_) => Err(wrong_type(key, "int64_param")),
+    };
+    let offset = number("shared_memory_offset")?;
+    let byte_size = number("shared_memory_byte_size")?;
+    let Some(region) = region else { return Ok(None) };
+    let Some(byte_size) = byte_size else {
+        return Err(Error::invalid(format!(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' parameter for tensor '{tensor}'"
+        )));
+    };
+    Ok(Some(ShmReference { region, offset: offset.unwrap_or(0), byte_size }))
+}
+
+fn input_from_shared_memory(input: InferInputTensor, place: &ShmReference, shm: &SharedMemory) -> Result<Tensor> {
+    let name = input.name;
+    let datatype = DataType::from_kserve(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
+    if input.contents.as_ref().is_some_and(|contents| !is_empty(contents)) {
+        return Err(Error::invalid(format!("input '{name}' has both shared memory and typed contents")));
+    }
+    let data = shm.input(&place.region, place.offset, place.byte_size)?;
+    Ok(Tensor { name, datatype, shape: input.shape, data })
 }
 
 /// An output's `classification` parameter (tritonclient's `class_count`), with Triton's messages.
@@ -66,7 +136,6 @@ fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tenso
     let name = input.name;
     let datatype = DataType::from_kserve(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
-    reject_unsupported(input.parameters.keys(), &name)?;
     let data = match (raw, input.contents) {
         (Some(_), Some(contents)) if !is_empty(&contents) => {
             return Err(Error::invalid(format!("input '{name}' has both raw_input_contents and typed contents")))
@@ -168,10 +237,19 @@ fn parameters_from_proto(parameters: HashMap<String, InferParameter>) -> Result<
     Ok(converted)
 }
 
-pub fn response_to_proto(response: InferenceResponse) -> ModelInferResponse {
+/// Encodes a response; an output with a place in `places` (by position) is written there, and goes back
+/// with empty contents, as Triton sends it.
+pub fn response_to_proto(response: InferenceResponse, places: &[Option<OutputPlace>]) -> Result<ModelInferResponse> {
     let mut outputs = Vec::with_capacity(response.outputs.len());
     let mut raw = Vec::with_capacity(response.outputs.len());
-    for tensor in response.outputs {
+    for (i, tensor) in response.outputs.into_iter().enumerate() {
+        let data = match places.get(i).and_then(Option::as_ref) {
+            Some(place) => {
+                place.write(&tensor.name, &tensor.data)?;
+                Bytes::new()
+            }
+            None => tensor.data,
+        };
         outputs.push(InferOutputTensor {
             name: tensor.name,
             datatype: tensor.datatype.kserve_name().to_string(),
@@ -179,14 +257,14 @@ pub fn response_to_proto(response: InferenceResponse) -> ModelInferResponse {
             parameters: HashMap::new(),
             contents: None,
         });
-        raw.push(tensor.data);
+        raw.push(data);
     }
-    ModelInferResponse {
+    Ok(ModelInferResponse {
         model_name: response.model,
         model_version: response.version.to_string(),
         id: response.id,
         parameters: HashMap::new(),
         outputs,
         raw_output_contents: raw,
-    }
+    })
 }

@@ -13,6 +13,7 @@ mod convert;
 mod health;
 mod logging;
 mod repository;
+mod shared_memory;
 mod stream;
 
 use std::sync::Arc;
@@ -121,9 +122,9 @@ impl GrpcInferenceService for GrpcService {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
-        let request = convert::request_from_proto(request.into_inner())?;
+        let (request, places) = convert::request_from_proto(request.into_inner(), self.service.shared_memory())?;
         let response = self.service.infer_unary(request, "ModelInfer RPC").await?;
-        Ok(Response::new(convert::response_to_proto(response)))
+        Ok(Response::new(convert::response_to_proto(response, &places)?))
     }
 
     type ModelStreamInferStream =
@@ -168,44 +169,52 @@ impl GrpcInferenceService for GrpcService {
 
     async fn system_shared_memory_status(
         &self,
-        _: Request<SystemSharedMemoryStatusRequest>,
+        request: Request<SystemSharedMemoryStatusRequest>,
     ) -> Rpc<SystemSharedMemoryStatusResponse> {
-        Err(unimplemented("SystemSharedMemoryStatus"))
+        let regions = self.service.shared_memory().system_status(&request.into_inner().name)?;
+        Ok(Response::new(shared_memory::status_response(regions)))
     }
 
     async fn system_shared_memory_register(
         &self,
-        _: Request<SystemSharedMemoryRegisterRequest>,
+        request: Request<SystemSharedMemoryRegisterRequest>,
     ) -> Rpc<SystemSharedMemoryRegisterResponse> {
-        Err(unimplemented("SystemSharedMemoryRegister"))
+        let request = request.into_inner();
+        let offset = request.offset;
+        self.service.shared_memory().register_system(&request.name, &request.key, offset, request.byte_size)?;
+        Ok(Response::new(SystemSharedMemoryRegisterResponse {}))
     }
 
     async fn system_shared_memory_unregister(
         &self,
-        _: Request<SystemSharedMemoryUnregisterRequest>,
+        request: Request<SystemSharedMemoryUnregisterRequest>,
     ) -> Rpc<SystemSharedMemoryUnregisterResponse> {
-        Err(unimplemented("SystemSharedMemoryUnregister"))
+        self.service.shared_memory().unregister_system(&request.into_inner().name)?;
+        Ok(Response::new(SystemSharedMemoryUnregisterResponse {}))
     }
 
     async fn cuda_shared_memory_status(
         &self,
-        _: Request<CudaSharedMemoryStatusRequest>,
+        request: Request<CudaSharedMemoryStatusRequest>,
     ) -> Rpc<CudaSharedMemoryStatusResponse> {
-        Err(unimplemented("CudaSharedMemoryStatus"))
+        self.service.shared_memory().cuda_status(&request.into_inner().name)?;
+        Ok(Response::new(CudaSharedMemoryStatusResponse::default()))
     }
 
     async fn cuda_shared_memory_register(
         &self,
-        _: Request<CudaSharedMemoryRegisterRequest>,
+        request: Request<CudaSharedMemoryRegisterRequest>,
     ) -> Rpc<CudaSharedMemoryRegisterResponse> {
-        Err(unimplemented("CudaSharedMemoryRegister"))
+        self.service.shared_memory().register_cuda(&request.into_inner().name)?;
+        Ok(Response::new(CudaSharedMemoryRegisterResponse {}))
     }
 
     async fn cuda_shared_memory_unregister(
         &self,
         _: Request<CudaSharedMemoryUnregisterRequest>,
     ) -> Rpc<CudaSharedMemoryUnregisterResponse> {
-        Err(unimplemented("CudaSharedMemoryUnregister"))
+        self.service.shared_memory().unregister_cuda()?;
+        Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
     async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {

@@ -27,6 +27,7 @@ use crate::proto::inference::{
     infer_parameter, InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
 use crate::service::Service;
+use crate::shared_memory::OutputPlace;
 
 /// Requests of one stream answered at once, at most.
 const IN_FLIGHT: usize = 64;
@@ -59,13 +60,16 @@ async fn answer(service: Arc<Service>, request: ModelInferRequest) -> BoxStream<
         ..Default::default()
     };
     let empty_final = wants_empty_final(&request);
-    let opened = convert::request_from_proto(request).and_then(|request| service.infer_stream(request));
-    let answers = match opened {
-        Ok(answers) => answers,
+    let opened = convert::request_from_proto(request, service.shared_memory())
+        .and_then(|(request, places)| Ok((service.infer_stream(request)?, places)));
+    let (answers, places) = match opened {
+        Ok(opened) => opened,
         Err(e) => return stream::iter([failed(identity, e, true)]).boxed(),
     };
-    let mut messages =
-        answers.messages.filter_map(move |streamed| future::ready(message(streamed, &identity, empty_final))).boxed();
+    let mut messages = answers
+        .messages
+        .filter_map(move |streamed| future::ready(message(streamed, &identity, empty_final, &places)))
+        .boxed();
     if answers.decoupled {
         return messages;
     }
@@ -73,10 +77,19 @@ async fn answer(service: Arc<Service>, request: ModelInferRequest) -> BoxStream<
     stream::iter(only).boxed()
 }
 
-/// The stream message for one response (`None`: a bare final flag nobody asked to see).
-fn message(streamed: Streamed, identity: &ModelInferResponse, empty_final: bool) -> Option<ModelStreamInferResponse> {
+/// The stream message for one response (`None`: a bare final flag nobody asked to see); outputs with a
+/// place in `places` are written into shared memory.
+fn message(
+    streamed: Streamed,
+    identity: &ModelInferResponse,
+    empty_final: bool,
+    places: &[Option<OutputPlace>],
+) -> Option<ModelStreamInferResponse> {
     match streamed.response {
-        Ok(Some(response)) => Some(flagged(convert::response_to_proto(response), String::new(), streamed.last)),
+        Ok(Some(response)) => match convert::response_to_proto(response, places) {
+            Ok(encoded) => Some(flagged(encoded, String::new(), streamed.last)),
+            Err(e) => Some(failed(identity.clone(), e, streamed.last)),
+        },
         Ok(None) if empty_final && streamed.last => Some(flagged(identity.clone(), String::new(), true)),
         Ok(None) => None,
         Err(e) => Some(failed(identity.clone(), e, streamed.last)),

@@ -2,7 +2,9 @@
 //! extension. With `Inference-Header-Content-Length: N`, the first N body bytes are the JSON header and
 //! the rest are the binary inputs, in input order, each as long as its `binary_data_size` parameter says.
 //! Binary input tensors are slices of the request body: no copy. Outputs go back as JSON or, when asked
-//! (`binary_data` per output, `binary_data_output` per request), as binary after the JSON header.
+//! (`binary_data` per output, `binary_data_output` per request), as binary after the JSON header. A tensor
+//! whose parameters name a registered shared memory region is read from (an input, without a copy) or
+//! written into (an output) that region instead.
 
 use std::sync::Arc;
 
@@ -17,9 +19,11 @@ use serde_json::{Map, Value};
 use super::chunks::Chunks;
 use super::decoded_body;
 use super::json_data::{self, JsonData};
+use super::shared_memory;
 use crate::error::{Error, Result};
-use crate::inference::{reject_unsupported, InferenceRequest, InferenceResponse, Parameter};
+use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
 use crate::service::Service;
+use crate::shared_memory::{OutputPlace, SharedMemory};
 use crate::tensor::{element_count, DataType, Tensor};
 
 const HEADER_LENGTH: &str = "inference-header-content-length";
@@ -50,9 +54,9 @@ async fn handle(
 ) -> Response {
     let result = async {
         let body = decoded_body(&headers, body, ctx.http_limits().max_input_size)?;
-        let (request, binary_outputs) = decode_request(model, version, &headers, body)?;
+        let (request, output_forms) = decode_request(model, version, &headers, body, ctx.shared_memory())?;
         let response = ctx.infer_unary(request, "HTTP end point").await?;
-        encode_response(&response, &binary_outputs)
+        encode_response(&response, &output_forms)
     };
     result.await.unwrap_or_else(IntoResponse::into_response)
 }
@@ -86,13 +90,22 @@ struct OutputHeader {
     parameters: Map<String, Value>,
 }
 
-/// Decodes the body into a request, and which outputs the client wants in binary form.
+/// How one output goes back: in the JSON, as binary after it, or written into a shared memory region.
+enum OutputForm {
+    Json,
+    Binary,
+    SharedMemory(OutputPlace),
+}
+
+/// Decodes the body into a request, and how the client wants each requested output (one form alone applies
+/// to every output).
 fn decode_request(
     model: String,
     version: String,
     headers: &HeaderMap,
     body: Bytes,
-) -> Result<(InferenceRequest, Vec<bool>)> {
+    shm: &SharedMemory,
+) -> Result<(InferenceRequest, Vec<OutputForm>)> {
     let header_length = match headers.get(HEADER_LENGTH) {
         None => body.len(),
         Some(value) => {
@@ -113,7 +126,7 @@ fn decode_request(
     let mut binary = body.slice(header_length..);
     let mut inputs = Vec::with_capacity(header.inputs.len());
     for input in header.inputs {
-        inputs.push(decode_input(input, &mut binary)?);
+        inputs.push(decode_input(input, &mut binary, shm)?);
     }
     if !binary.is_empty() {
         return Err(Error::invalid(format!(
@@ -122,19 +135,33 @@ fn decode_request(
         )));
     }
     let binary_default = flag(&header.parameters, "binary_data_output")?.unwrap_or(false);
-    let mut binary_outputs = Vec::with_capacity(header.outputs.len());
+    let default_form = || if binary_default { OutputForm::Binary } else { OutputForm::Json };
+    let mut output_forms = Vec::with_capacity(header.outputs.len());
     let mut requested_outputs = Vec::with_capacity(header.outputs.len());
     let mut class_counts = Vec::new();
     for output in header.outputs {
-        reject_unsupported(output.parameters.keys(), &output.name)?;
-        binary_outputs.push(flag(&output.parameters, "binary_data")?.unwrap_or(binary_default));
-        if let Some(count) = class_count(&output.parameters, &output.name)? {
+        let class_count = class_count(&output.parameters, &output.name)?;
+        let binary = flag(&output.parameters, "binary_data")?;
+        let form = match shared_memory::reference(&output.parameters)? {
+            Some(_) if output.parameters.contains_key("classification") => {
+                return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'classification'"))
+            }
+            Some(_) if binary == Some(true) => {
+                return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"))
+            }
+            Some(place) => OutputForm::SharedMemory(shm.output(&place.region, place.offset, place.byte_size)?),
+            None if binary == Some(true) => OutputForm::Binary,
+            None if binary == Some(false) => OutputForm::Json,
+            None => default_form(),
+        };
+        output_forms.push(form);
+        if let Some(count) = class_count {
             class_counts.push((output.name.clone(), count));
         }
         requested_outputs.push(output.name);
     }
     if requested_outputs.is_empty() {
-        binary_outputs = vec![binary_default];
+        output_forms = vec![default_form()];
     }
     let request = InferenceRequest {
         model,
@@ -146,15 +173,19 @@ fn decode_request(
         parameters: parameters(header.parameters)?,
         responder: None,
     };
-    Ok((request, binary_outputs))
+    Ok((request, output_forms))
 }
 
-fn decode_input(input: InputHeader, binary: &mut Bytes) -> Result<Tensor> {
+fn decode_input(input: InputHeader, binary: &mut Bytes, shm: &SharedMemory) -> Result<Tensor> {
     let name = input.name;
     let datatype = DataType::from_kserve(&input.datatype)
         .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
-    reject_unsupported(input.parameters.keys(), &name)?;
     let count = element_count(&name, &input.shape)?;
+    if let Some(place) = shared_memory::reference(&input.parameters)? {
+        check_one_source(&name, input.data.is_some(), &input.parameters)?;
+        let data = shm.input(&place.region, place.offset, place.byte_size)?;
+        return Ok(Tensor { name, datatype, shape: input.shape, data });
+    }
     let binary_size = match input.parameters.get("binary_data_size") {
         None => None,
         Some(v) => Some(v.as_u64().ok_or_else(|| {
@@ -178,6 +209,26 @@ fn decode_input(input: InputHeader, binary: &mut Bytes) -> Result<Tensor> {
         (None, None) => return Err(Error::invalid(format!("input '{name}' has neither data nor binary_data_size"))),
     };
     Ok(Tensor { name, datatype, shape: input.shape, data })
+}
+
+/// An input in shared memory must not also carry data (Triton's message, naming what it set).
+fn check_one_source(name: &str, has_data: bool, parameters: &Map<String, Value>) -> Result<()> {
+    let set: Vec<&str> = [
+        (has_data, "'data'"),
+        (parameters.contains_key("binary_data_size"), "'binary_data_size'"),
+        (true, "'shared_memory_region'"),
+    ]
+    .into_iter()
+    .filter_map(|(present, field)| present.then_some(field))
+    .collect();
+    match set.len() {
+        1 => Ok(()),
+        _ => Err(Error::invalid(format!(
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in 'parameters', \
+             'shared_memory_region' in 'parameters'. But set {} (input '{name}')",
+            set.join(" ")
+        ))),
+    }
 }
 
 fn flag(parameters: &Map<String, Value>, key: &str) -> Result<Option<bool>> {
@@ -252,21 +303,29 @@ struct BinaryParameters {
     binary_data_size: usize,
 }
 
-/// Encodes the response; `binary[i]` says whether output i goes as binary (one entry alone applies to all).
-fn encode_response(response: &InferenceResponse, binary: &[bool]) -> Result<Response> {
-    let is_binary = |i: usize| binary.get(i).or(binary.first()).copied().unwrap_or(false);
-    let outputs = response
-        .outputs
-        .iter()
-        .enumerate()
-        .map(|(i, t)| OutputEntry {
+/// Encodes the response; `forms[i]` says how output i goes back (one entry alone applies to all). Outputs
+/// for shared memory are written into their regions here, and listed without data.
+fn encode_response(response: &InferenceResponse, forms: &[OutputForm]) -> Result<Response> {
+    let form = |i: usize| forms.get(i).or(forms.first()).unwrap_or(&OutputForm::Json);
+    let is_binary = |i: usize| matches!(form(i), OutputForm::Binary);
+    let mut outputs = Vec::with_capacity(response.outputs.len());
+    for (i, t) in response.outputs.iter().enumerate() {
+        let (parameters, data) = match form(i) {
+            OutputForm::Json => (None, Some(JsonData(t))),
+            OutputForm::Binary => (Some(BinaryParameters { binary_data_size: t.data.len() }), None),
+            OutputForm::SharedMemory(place) => {
+                place.write(&t.name, &t.data)?;
+                (None, None)
+            }
+        };
+        outputs.push(OutputEntry {
             name: &t.name,
             datatype: t.datatype.kserve_name(),
             shape: &t.shape,
-            parameters: is_binary(i).then(|| BinaryParameters { binary_data_size: t.data.len() }),
-            data: (!is_binary(i)).then_some(JsonData(t)),
-        })
-        .collect();
+            parameters,
+            data,
+        });
+    }
     let header = ResponseHeader {
         model_name: &response.model,
         model_version: response.version.to_string(),

@@ -8,6 +8,7 @@ mod json_data;
 mod logging;
 mod repository;
 mod routes;
+mod shared_memory;
 
 use std::future::Future;
 use std::io::Read;
@@ -48,6 +49,16 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v2/models/{model}/stats", get(routes::model_statistics))
         .route("/v2/models/{model}/versions/{version}/stats", get(routes::model_statistics_version))
         .route("/v2/logging", get(logging::settings).post(logging::change))
+        .route("/v2/systemsharedmemory/status", get(shared_memory::system_status))
+        .route("/v2/systemsharedmemory/region/{name}/status", get(shared_memory::system_region_status))
+        .route("/v2/systemsharedmemory/region/{name}/register", post(shared_memory::system_register))
+        .route("/v2/systemsharedmemory/region/{name}/unregister", post(shared_memory::system_unregister))
+        .route("/v2/systemsharedmemory/unregister", post(shared_memory::system_unregister_all))
+        .route("/v2/cudasharedmemory/status", get(shared_memory::cuda_status))
+        .route("/v2/cudasharedmemory/region/{name}/status", get(shared_memory::cuda_region_status))
+        .route("/v2/cudasharedmemory/region/{name}/register", post(shared_memory::cuda_register))
+        .route("/v2/cudasharedmemory/region/{name}/unregister", post(shared_memory::cuda_unregister))
+        .route("/v2/cudasharedmemory/unregister", post(shared_memory::cuda_unregister))
         .route("/v2/repository/index", post(repository::index))
         .route("/v2/repository/models/{model}/load", post(repository::load))
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
