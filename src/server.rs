@@ -13,6 +13,7 @@ use tokio::sync::watch;
 use crate::backends::{ModelCaller, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::executor::connections::ConnectionLimits;
+use crate::frontends::restricted::{Restrictions, GRPC_HEADER_PREFIX};
 use crate::frontends::{grpc, http, metrics};
 use crate::observability::logging::Log;
 use crate::observability::metrics::Metrics;
@@ -23,6 +24,10 @@ use crate::service::{HttpLimits, Service, ServiceSettings};
 /// the logging extension changes.
 pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     options.check().map_err(anyhow::Error::msg)?;
+    let http_restrictions = Restrictions::parse(&options.http_restricted_api, "", "api")
+        .map_err(|e| anyhow::anyhow!("--http-restricted-api: {e}"))?;
+    let grpc_restrictions = Restrictions::parse(&options.grpc_restricted_protocol, GRPC_HEADER_PREFIX, "protocol")
+        .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
     let cache_dir = options.component_cache_dir();
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
     let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
@@ -94,12 +99,15 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let mut endpoints = Vec::new();
     if let Some(listener) = http_listener {
         tracing::info!("Started HTTPService at {}", display_addr(&listener));
-        let serving = http::serve(listener, service.clone(), limits.clone(), stopped(stop_rx.clone()));
+        let serving =
+            http::serve(listener, service.clone(), limits.clone(), http_restrictions, stopped(stop_rx.clone()));
         endpoints.push(tokio::spawn(serving));
     }
     if let Some(listener) = grpc_listener {
         tracing::info!("Started GRPCInferenceService at {}", display_addr(&listener));
-        endpoints.push(tokio::spawn(grpc::serve(listener, service.clone(), limits.clone(), stopped(stop_rx.clone()))));
+        let serving =
+            grpc::serve(listener, service.clone(), limits.clone(), grpc_restrictions, stopped(stop_rx.clone()));
+        endpoints.push(tokio::spawn(serving));
     }
     shutdown_signal().await;
     let exit_timeout = Duration::from_secs(options.exit_timeout_secs);

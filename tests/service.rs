@@ -137,8 +137,14 @@ async fn serve(models: Vec<(&str, Vec<Box<dyn Instance>>)>) -> TestServer {
     let http_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let grpc_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (http, grpc) = (http_listener.local_addr().unwrap(), grpc_listener.local_addr().unwrap());
-    tokio::spawn(http::serve(http_listener, service.clone(), connections.clone(), until_stopped(stopped.clone())));
-    tokio::spawn(grpc::serve(grpc_listener, service, connections, until_stopped(stopped)));
+    tokio::spawn(http::serve(
+        http_listener,
+        service.clone(),
+        connections.clone(),
+        Default::default(),
+        until_stopped(stopped.clone()),
+    ));
+    tokio::spawn(grpc::serve(grpc_listener, service, connections, Default::default(), until_stopped(stopped)));
     TestServer { http, grpc, stop }
 }
 

@@ -133,6 +133,12 @@ pub struct Options {
     #[arg(help_heading = "HTTP", long, default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..), value_name = "SECONDS")]
     pub http_body_timeout_secs: u64,
 
+    /// Require a header for some categories of HTTP endpoints: `<api>[,<api>…]:<header>=<value>`, the apis
+    /// being health, metadata, inference, shared-memory, model-config, model-repository, statistics,
+    /// trace and logging; repeat the flag for other headers. A request without the header is answered 403.
+    #[arg(help_heading = "HTTP", long, value_name = "API,...:HEADER=VALUE")]
+    pub http_restricted_api: Vec<String>,
+
     /// Serve gRPC.
     #[arg(help_heading = "GRPC", long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub allow_grpc: bool,
@@ -144,6 +150,11 @@ pub struct Options {
     /// Port of the gRPC endpoint (0 picks a free port).
     #[arg(help_heading = "GRPC", long, default_value_t = 8001)]
     pub grpc_port: u16,
+
+    /// The same as `--http-restricted-api` for gRPC methods; the header is `triton-grpc-protocol-<header>`
+    /// and a call without it is answered UNAVAILABLE.
+    #[arg(help_heading = "GRPC", long, value_name = "PROTOCOL,...:HEADER=VALUE")]
+    pub grpc_restricted_protocol: Vec<String>,
 
     /// Serve Prometheus metrics.
     #[arg(help_heading = "Metrics", long, default_value_t = true, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]

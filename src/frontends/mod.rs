@@ -6,3 +6,4 @@
 pub mod grpc;
 pub mod http;
 pub(crate) mod metrics;
+pub mod restricted;

@@ -23,6 +23,7 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::restricted::{self, Restrictions};
 use crate::executor::connections::{self, ConnectionLimits};
 use crate::executor::InlineFirst;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
@@ -41,13 +42,21 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     service: Arc<Service>,
     limits: ConnectionLimits,
+    restrictions: Restrictions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let inference = GrpcInferenceServiceServer::new(GrpcService { service: service.clone() })
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let routes = tonic::service::Routes::new(inference).add_service(health::server(service));
-    let service = TowerToHyperService::new(routes.prepare());
+    let routes = tonic::service::Routes::new(inference).add_service(health::server(service)).prepare();
+    // Without restrictions no layer is added, so that calls pay nothing for the feature.
+    let router = match restrictions.is_empty() {
+        true => routes.into_axum_router(),
+        false => routes
+            .into_axum_router()
+            .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
+    };
+    let service = TowerToHyperService::new(router);
     let mut builder = http2::Builder::new(InlineFirst);
     builder
         .timer(TokioTimer::new())
@@ -56,6 +65,21 @@ pub async fn serve(
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
     connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
         .await;
+}
+
+/// Answers UNAVAILABLE to a call of a restricted category without its header (Triton's message).
+async fn refuse_restricted(
+    axum::extract::State(restrictions): axum::extract::State<Arc<Restrictions>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let category = restricted::grpc_category(request.uri().path());
+    match category.map(|category| restrictions.check(category, request.headers())) {
+        Some(Err(header)) => {
+            Status::unavailable(format!("This protocol is restricted, expecting header '{header}'")).into_http()
+        }
+        _ => next.run(request).await,
+    }
 }
 
 struct GrpcService {

@@ -27,15 +27,16 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
+use super::restricted::{self, Restrictions};
 use crate::error::Error;
 use crate::executor::connections::{self, ConnectionLimits};
 use crate::service::Service;
 
-/// Every route of the HTTP frontend.
-pub fn router(service: Arc<Service>) -> Router {
+/// Every route of the HTTP frontend, behind the restrictions `--http-restricted-api` asked for.
+pub fn router(service: Arc<Service>, restrictions: Restrictions) -> Router {
     let limits = service.http_limits();
     let (max_body, body_timeout) = (limits.max_input_size, limits.body_timeout);
-    Router::new()
+    let router = Router::new()
         .route("/v2", get(routes::server_metadata))
         .route("/v2/health/live", get(routes::live))
         .route("/v2/health/ready", get(routes::ready))
@@ -69,9 +70,25 @@ pub fn router(service: Arc<Service>) -> Router {
         .route("/v2/models/{model}/generate_stream", post(generate::generate_stream))
         .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate::generate_stream_version))
         .fallback(routes::not_found)
-        .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time))
-        .layer(DefaultBodyLimit::max(max_body))
-        .with_state(service)
+        .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time));
+    // Without restrictions no layer is added, so that requests pay nothing for the feature.
+    let router = match restrictions.is_empty() {
+        true => router,
+        false => router.layer(middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
+    };
+    router.layer(DefaultBodyLimit::max(max_body)).with_state(service)
+}
+
+/// Answers 403 to a request of a restricted category without its header (Triton's message), before its
+/// body is read.
+async fn refuse_restricted(State(restrictions): State<Arc<Restrictions>>, request: Request, next: Next) -> Response {
+    let category = restricted::http_category(request.uri().path());
+    match category.map(|category| restrictions.check(category, request.headers())) {
+        Some(Err(header)) => {
+            error_body(StatusCode::FORBIDDEN, &format!("This API is restricted, expecting header '{header}'"))
+        }
+        _ => next.run(request).await,
+    }
 }
 
 #[derive(Clone, Copy)]
@@ -116,10 +133,11 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     service: Arc<Service>,
     limits: ConnectionLimits,
+    restrictions: Restrictions,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let header_timeout = service.http_limits().header_timeout;
-    let service = TowerToHyperService::new(router(service));
+    let service = TowerToHyperService::new(router(service, restrictions));
     let mut builder = http1::Builder::new();
     // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
     // keep-alive connection that stays idle for as long.
