@@ -35,7 +35,7 @@ pub(crate) mod model_files;
 pub mod observability;
 pub mod proto;
 pub mod repository;
-pub(crate) mod scheduler;
+pub mod scheduler;
 pub mod server;
 pub mod service;
 pub mod shared_memory;

@@ -18,6 +18,7 @@ use crate::frontends::{grpc, http, metrics};
 use crate::observability::logging::Log;
 use crate::observability::metrics::Metrics;
 use crate::repository::{Loader, ModelControl, ModelRepository};
+use crate::scheduler::cache::ResponseCache;
 use crate::service::{HttpLimits, Service, ServiceSettings};
 
 /// Loads every model, then serves HTTP and gRPC until a shutdown signal. `log` is the running log, which
@@ -32,6 +33,10 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
     let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
     let complete_configs = options.complete_configs();
+    let cache = options.response_cache_size().map_err(anyhow::Error::msg)?.map(|bytes| {
+        tracing::info!("response cache: local, {bytes} bytes");
+        Arc::new(ResponseCache::new(bytes))
+    });
     let config_name = options.model_config_name.clone();
     let runtime = tokio::runtime::Handle::current();
     let metrics = Arc::new(Metrics::new());
@@ -40,7 +45,7 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let plugin_peers = peers.clone();
     let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
         let runtimes = Runtimes::new(cache_dir, plugin_peers, onnx_library, python_runtime, complete_configs)?;
-        Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name })
+        Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name, cache })
     })
     .await??;
     let repository = Arc::new(ModelRepository::default());

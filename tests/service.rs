@@ -111,7 +111,7 @@ async fn serve(models: Vec<(&str, Vec<Box<dyn Instance>>)>) -> TestServer {
         repository.put(ModelRecord::serving(std::path::Path::new(""), config, [Arc::new(version)]));
     }
     let runtimes = Runtimes::new(None, Peers::default(), None, None, true).unwrap();
-    let loader = Loader { runtime, runtimes, metrics: Arc::new(metrics), config_name: None };
+    let loader = Loader { runtime, runtimes, metrics: Arc::new(metrics), config_name: None, cache: None };
     let control = Arc::new(ModelControl::new(ControlMode::Explicit, Vec::new(), loader, repository.clone(), 4));
     let limits = HttpLimits {
         max_input_size: 1 << 20,

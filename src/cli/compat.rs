@@ -107,6 +107,7 @@ const FLAGS: &[Flag] = &[
     ignored("metrics-interval-ms", "Metrics", "metrics are read when /metrics is scraped, not on an interval"),
     ignored("metrics-config", "Metrics", "Tessera's latency metrics are fixed histograms and counters"),
     Flag { name: "trace-config", heading: "Tracing", effect: Effect::RefusedWhen(traces, NO_TRACING) },
+    ignored("cache-directory", "Response Cache", "the local cache keeps answers in memory only"),
     ignored("backend-directory", "Backend", "Tessera's backends (wasm, python, onnxruntime) are built in"),
     ignored("repoagent-directory", "Repository Agent", "Tessera has no repository agents"),
     ignored("rate-limit", "Rate Limiter", "each model instance runs a batch as soon as it is free"),

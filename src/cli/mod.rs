@@ -178,6 +178,11 @@ pub struct Options {
     #[arg(help_heading = "Backend", long, env = "TESSERA_CACHE_DIR")]
     pub cache_dir: Option<PathBuf>,
 
+    /// A response cache setting, `<cache>,<setting>=<value>`: `local,size=N` keeps up to N bytes of answers in
+    /// memory for models whose config enables `response_cache` (the only cache here is `local`).
+    #[arg(help_heading = "Response Cache", long = "cache-config", value_name = "CACHE,KEY=VALUE", value_parser = parse_backend_config)]
+    pub cache_config: Vec<(String, String, String)>,
+
     /// Let clients register and unregister shared memory regions for inference inputs and outputs (false:
     /// register and unregister are refused, as in tritonserver).
     #[arg(help_heading = "Shared Memory", long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
@@ -186,6 +191,10 @@ pub struct Options {
     /// DEPRECATED (as in tritonserver): `true` is `--disable-auto-complete-config`.
     #[arg(help_heading = "DEPRECATED", long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub strict_model_config: bool,
+
+    /// DEPRECATED (as in tritonserver): the same as `--cache-config local,size=N`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "BYTES")]
+    pub response_cache_byte_size: Option<usize>,
 
     /// What the flags from `compat` asked for, read by `Options::parse_command_line`.
     #[arg(skip)]
@@ -215,6 +224,7 @@ fn parse_log_format(text: &str) -> Result<LogFormat, String> {
         .ok_or_else(|| format!("invalid argument for --log-format: '{text}' (default, ISO8601 or json)"))
 }
 
+/// `<name>,<setting>=<value>`, as `--backend-config` and `--cache-config` take.
 fn parse_backend_config(text: &str) -> Result<(String, String, String), String> {
     let (backend, setting) = text.split_once(',').ok_or("expected <backend>,<setting>=<value>")?;
     let (key, value) = setting.split_once('=').ok_or("expected <backend>,<setting>=<value>")?;
@@ -244,6 +254,26 @@ impl Options {
             return Err("--repository-poll-secs must be at least 1 in poll mode".into());
         }
         Ok(())
+    }
+
+    /// The response cache's size in bytes, if the flags configure one (`None`: no cache). Refuses caches and
+    /// settings other than the local cache's size, which Tessera does not have.
+    pub fn response_cache_size(&self) -> Result<Option<usize>, String> {
+        let mut size = self.response_cache_byte_size;
+        for (cache, key, value) in &self.cache_config {
+            match (cache.as_str(), key.as_str()) {
+                ("local", "size") => {
+                    size = Some(
+                        value.parse().map_err(|_| format!("--cache-config local,size={value}: not a byte count"))?,
+                    )
+                }
+                ("local", other) => return Err(format!("--cache-config: the local cache has no setting '{other}'")),
+                (other, _) => {
+                    return Err(format!("--cache-config: unknown cache '{other}' (Tessera has the 'local' cache)"))
+                }
+            }
+        }
+        Ok(size.filter(|&bytes| bytes > 0))
     }
 
     /// Whether configs are completed from the models (neither flag that turns it off was given).

@@ -84,6 +84,14 @@ pub fn validate(config: &ModelConfig, model_name: &str, text: &str, origin: &str
             .into());
         }
     }
+    if super::is_decoupled(config) && config.response_cache.as_ref().is_some_and(|c| c.enable) {
+        return Err(format!(
+            "{}: Response Cache does not currently support model {model_name} with 'decoupled' transaction \
+             policy. Please disable the response cache.",
+            at("response_cache", 0)
+        )
+        .into());
+    }
     if ensemble::is_ensemble(config) {
         ensemble::validate(config).map_err(|e| format!("{}: {e}", at("ensemble_scheduling", 0)))?;
     }

@@ -24,6 +24,10 @@ pub struct Metrics {
     compute_input_us: IntCounterVec,
     compute_infer_us: IntCounterVec,
     compute_output_us: IntCounterVec,
+    cache_hits: IntCounterVec,
+    cache_hit_us: IntCounterVec,
+    cache_misses: IntCounterVec,
+    cache_miss_us: IntCounterVec,
     pending: IntGaugeVec,
     sequences: IntGaugeVec,
     batch_size: HistogramVec,
@@ -113,6 +117,18 @@ impl Metrics {
                 "nv_inference_compute_output_duration_us",
                 "Cumulative inference compute output duration in microseconds",
             ),
+            cache_hits: counter(&registry, "nv_cache_num_hits_per_model", "Number of cache hits per model"),
+            cache_hit_us: counter(
+                &registry,
+                "nv_cache_hit_duration_per_model",
+                "Total cache hit duration per model, in microseconds",
+            ),
+            cache_misses: counter(&registry, "nv_cache_num_misses_per_model", "Number of cache misses per model"),
+            cache_miss_us: counter(
+                &registry,
+                "nv_cache_miss_duration_per_model",
+                "Total cache miss (insert+lookup) duration per model, in microseconds",
+            ),
             pending,
             sequences,
             batch_size,
@@ -134,6 +150,10 @@ impl Metrics {
             compute_input_us: self.compute_input_us.with_label_values(&labels),
             compute_infer_us: self.compute_infer_us.with_label_values(&labels),
             compute_output_us: self.compute_output_us.with_label_values(&labels),
+            cache_hits: self.cache_hits.with_label_values(&labels),
+            cache_hit_us: self.cache_hit_us.with_label_values(&labels),
+            cache_misses: self.cache_misses.with_label_values(&labels),
+            cache_miss_us: self.cache_miss_us.with_label_values(&labels),
             pending: self.pending.with_label_values(&labels),
             sequences: self.sequences.with_label_values(&labels),
             batch_size: self.batch_size.with_label_values(&labels),
@@ -164,6 +184,10 @@ pub struct ModelMetrics {
     compute_input_us: IntCounter,
     compute_infer_us: IntCounter,
     compute_output_us: IntCounter,
+    cache_hits: IntCounter,
+    cache_hit_us: IntCounter,
+    cache_misses: IntCounter,
+    cache_miss_us: IntCounter,
     pub pending: IntGauge,
     /// Live sequences (sequence batching only).
     pub sequences: IntGauge,
@@ -178,6 +202,16 @@ impl ModelMetrics {
         self.compute_infer_us.inc_by(timing.compute_infer.as_micros() as u64);
         self.compute_output_us.inc_by(timing.compute_output.as_micros() as u64);
         self.batch_size.observe(batch_size as f64);
+    }
+
+    pub fn cache_hit(&self, lookup: std::time::Duration) {
+        self.cache_hits.inc();
+        self.cache_hit_us.inc_by(lookup.as_micros() as u64);
+    }
+
+    pub fn cache_miss(&self, spent: std::time::Duration) {
+        self.cache_misses.inc();
+        self.cache_miss_us.inc_by(spent.as_micros() as u64);
     }
 
     pub fn finished(&self, ok: bool, total: std::time::Duration, queue: std::time::Duration) {

@@ -1,6 +1,6 @@
 //! Per-model-version statistics, Triton's statistics extension: how many requests succeeded or failed and
 //! the time they spent queued and computing (input preparation, inference, output handling), per batch
-//! size too. Plain atomics on the request path; a snapshot is the `inference.ModelStatistics` message that
+//! size too, and the response cache's hits and misses. Plain atomics on the request path; a snapshot is the `inference.ModelStatistics` message that
 //! both frontends serve. The same events also feed the Prometheus metrics (`metrics`).
 
 use std::collections::BTreeMap;
@@ -47,6 +47,8 @@ pub struct Stats {
     execution_count: AtomicU64,
     last_inference_ms: AtomicU64,
     pending: AtomicI64,
+    cache_hit: Tally,
+    cache_miss: Tally,
     /// Per batch size: how many executions, and their compute times.
     batches: Mutex<BTreeMap<u64, (u64, Timing)>>,
     metrics: ModelMetrics,
@@ -65,6 +67,8 @@ impl Stats {
             execution_count: AtomicU64::default(),
             last_inference_ms: AtomicU64::default(),
             pending: AtomicI64::default(),
+            cache_hit: Tally::default(),
+            cache_miss: Tally::default(),
             batches: Mutex::default(),
             metrics,
         }
@@ -115,6 +119,18 @@ impl Stats {
         self.metrics.finished(ok, total, queue);
     }
 
+    /// A request answered from the response cache, `lookup` after it arrived.
+    pub fn cache_hit(&self, lookup: Duration) {
+        self.cache_hit.add(1, lookup);
+        self.metrics.cache_hit(lookup);
+    }
+
+    /// A request the response cache did not hold; `spent` is the time looking it up and storing its answer.
+    pub fn cache_miss(&self, spent: Duration) {
+        self.cache_miss.add(1, spent);
+        self.metrics.cache_miss(spent);
+    }
+
     pub fn snapshot(&self, name: &str, version: i64) -> ModelStatistics {
         let batch_stats = self
             .batches
@@ -144,8 +160,8 @@ impl Stats {
                 compute_input: self.compute_input.snapshot(),
                 compute_infer: self.compute_infer.snapshot(),
                 compute_output: self.compute_output.snapshot(),
-                cache_hit: Some(StatisticDuration::default()),
-                cache_miss: Some(StatisticDuration::default()),
+                cache_hit: self.cache_hit.snapshot(),
+                cache_miss: self.cache_miss.snapshot(),
             }),
             batch_stats,
             memory_usage: Vec::new(),

@@ -15,6 +15,7 @@ use crate::backends::Runtimes;
 use crate::model_config::{self, ensemble, Completer, ConfigSource, ModelConfig};
 use crate::observability::metrics::Metrics;
 use crate::proto::inference::ModelTransactionPolicy;
+use crate::scheduler::cache::ResponseCache;
 
 /// Everything loading needs, shared by every load.
 pub struct Loader {
@@ -23,6 +24,8 @@ pub struct Loader {
     pub metrics: Arc<Metrics>,
     /// `--model-config-name`.
     pub config_name: Option<String>,
+    /// The server's response cache (`--cache-config`), for models that enable it.
+    pub cache: Option<Arc<ResponseCache>>,
 }
 
 impl Loader {
@@ -124,7 +127,15 @@ impl Loader {
     ) -> VersionState {
         let started = Instant::now();
         let name = config.name.as_str();
-        match ModelVersion::load(&self.runtime, &self.runtimes, &self.metrics, model_dir, config.clone(), version) {
+        match ModelVersion::load(
+            &self.runtime,
+            &self.runtimes,
+            &self.metrics,
+            self.cache.as_ref(),
+            model_dir,
+            config.clone(),
+            version,
+        ) {
             Ok(mut model) => {
                 model.files = files;
                 tracing::info!(model = name, version, ms = started.elapsed().as_millis() as u64, "loaded, READY");

@@ -16,6 +16,7 @@ use crate::model_config::{self, ensemble, ModelConfig};
 use crate::observability::metrics::Metrics;
 use crate::observability::stats::Stats;
 use crate::proto::inference::ModelStatistics;
+use crate::scheduler::cache::ResponseCache;
 use crate::scheduler::Scheduler;
 
 pub struct ModelVersion {
@@ -35,8 +36,32 @@ pub struct ModelVersion {
 
 impl ModelVersion {
     /// Loads the backend and creates every instance the config's instance groups ask for. Blocks: call it
-    /// from a blocking thread; instances are initialised on `runtime`.
+    /// from a blocking thread; instances are initialised on `runtime`. `cache` is the server's response
+    /// cache, used if the config enables it.
     pub fn load(
+        runtime: &tokio::runtime::Handle,
+        runtimes: &Runtimes,
+        metrics: &Metrics,
+        cache: Option<&Arc<ResponseCache>>,
+        model_dir: &std::path::Path,
+        config: Arc<ModelConfig>,
+        version: i64,
+    ) -> LoadResult<Self> {
+        let mut loaded = Self::load_uncached(runtime, runtimes, metrics, model_dir, config, version)?;
+        if loaded.config.response_cache.as_ref().is_some_and(|c| c.enable) {
+            match cache {
+                Some(cache) => loaded.scheduler = loaded.scheduler.with_cache(cache.clone()),
+                None => tracing::warn!(
+                    model = %loaded.name,
+                    "the config enables the response cache, but the server has none (--cache-config local,size=N): \
+                     every request runs"
+                ),
+            }
+        }
+        Ok(loaded)
+    }
+
+    fn load_uncached(
         runtime: &tokio::runtime::Handle,
         runtimes: &Runtimes,
         metrics: &Metrics,

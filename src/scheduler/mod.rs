@@ -5,9 +5,11 @@
 //! of the `pool` and runs alone), `Dynamic` (the `batcher` merges queued requests into batches) and
 //! `Ensemble` (the `ensemble` runs steps over other models) and `Sequence` (the `sequence` batcher keeps each
 //! sequence on one instance, in order, with its controls and states). Decoupled
-//! models, whose requests have many responses, run each request alone (`decoupled`).
+//! models, whose requests have many responses, run each request alone (`decoupled`). A model that enables the
+//! response cache is answered from it before any strategy runs (`cache`).
 
 pub mod batcher;
+pub mod cache;
 mod decoupled;
 mod ensemble;
 mod pool;
@@ -29,6 +31,7 @@ use crate::observability::stats::{Stats, Timing};
 use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
 use batcher::Batcher;
+use cache::ResponseCache;
 use ensemble::Ensemble;
 use sequence::Sequencer;
 
@@ -53,6 +56,8 @@ pub struct Scheduler {
     stats: Arc<Stats>,
     /// Whether the model answers through responders (`decoupled`) rather than with one response.
     decoupled: bool,
+    /// Where answers are kept and looked up, for a model that enables the response cache.
+    cache: Option<Arc<ResponseCache>>,
 }
 
 impl Scheduler {
@@ -87,7 +92,7 @@ impl Scheduler {
                 None => Strategy::Direct(pool),
             }
         };
-        Ok(Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled })
+        Ok(Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled, cache: None })
     }
 
     /// The scheduler of an ensemble (`config` is a validated ensemble config): its steps reach the composing
@@ -95,7 +100,12 @@ impl Scheduler {
     pub fn ensemble(config: &ModelConfig, version: i64, signature: Signature, peers: Peers, stats: Arc<Stats>) -> Self {
         let strategy = Strategy::Ensemble(Ensemble::from_config(config, peers));
         let decoupled = model_config::is_decoupled(config);
-        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled }
+        Scheduler { name: config.name.clone(), version, signature, strategy, stats, decoupled, cache: None }
+    }
+
+    /// The same scheduler, answering requests it has answered before from `cache`.
+    pub fn with_cache(self, cache: Arc<ResponseCache>) -> Self {
+        Scheduler { cache: Some(cache), ..self }
     }
 
     /// Checks, schedules and executes one request; every request is counted once, success or failure. A
@@ -109,9 +119,36 @@ impl Scheduler {
         }
         let arrived = Instant::now();
         self.stats.started();
-        let (result, queue) = self.run(request).await;
+        let (result, queue) = match &self.cache {
+            Some(cache) => self.run_cached(cache, request, arrived).await,
+            None => self.run(request).await,
+        };
         self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
         result
+    }
+
+    /// Answers from `cache` when it holds the answer (a hit spends no time queued), else runs the request
+    /// and keeps its answer if it succeeded; the time spent looking up and storing is the hit's or miss's.
+    async fn run_cached(
+        &self,
+        cache: &ResponseCache,
+        request: InferenceRequest,
+        arrived: Instant,
+    ) -> (Result<InferenceResponse>, Duration) {
+        let key = cache::key(&self.name, self.version, &request);
+        if let Some(mut answer) = cache.get(&key) {
+            answer.id = request.id;
+            self.stats.cache_hit(arrived.elapsed());
+            return (Ok(answer), Duration::ZERO);
+        }
+        let lookup = arrived.elapsed();
+        let (result, queue) = self.run(request).await;
+        if let Ok(answer) = &result {
+            let storing = Instant::now();
+            cache.insert(key, answer);
+            self.stats.cache_miss(lookup + storing.elapsed());
+        }
+        (result, queue)
     }
 
     /// Whether requests run in the order they reach the scheduler (the sequence batcher's).
