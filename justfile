@@ -35,3 +35,7 @@ bench-streaming *ARGS:
 # Sequence batching against Triton: simple_sequence under perf_analyzer --sequence-length, silero_vad streams.
 bench-sequences *ARGS:
     scripts/dev bench-sequences {{ARGS}}
+
+# Shared memory against the wire (16 MiB, HTTP and gRPC) vs Triton, and response cache hits on minilm.
+bench-shm *ARGS:
+    scripts/dev bench-shm {{ARGS}}

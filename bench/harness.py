@@ -157,11 +157,12 @@ def proc_kib(pid, proc_file, key):
     return 0
 
 
-def tessera_server(repo, binary):
+def tessera_server(repo, binary, flags=()):
+    """Tessera on free loopback ports; `flags`: more of its command line."""
     http, grpc, metrics = free_port(), free_port(), free_port()
     command = [str(binary), "--model-repository", str(repo), "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
                "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-               "--cache-dir", str(CACHE / "tessera-cache")]
+               "--cache-dir", str(CACHE / "tessera-cache"), *flags]
     env = {**os.environ, "TESSERA_LOG": "warn"}
     return Server("tessera", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
@@ -217,7 +218,7 @@ WINDOW_REQUESTS = 20000
 
 
 def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple", stability=50, input_data=None, shape=None,
-                  window_requests=WINDOW_REQUESTS, streaming=False, sequence_length=None):
+                  window_requests=WINDOW_REQUESTS, streaming=False, sequence_length=None, output_shm_bytes=None):
     """One perf_analyzer run; returns (throughput infer/s, p50 µs, p99 µs). `stability`: perf_analyzer's
     `-s`, the percentage by which consecutive windows may differ; `input_data`: its `--input-data`
     (random by default); `shape`: its `--shape` (`NAME:dims`), for inputs of variable size;
@@ -225,7 +226,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
     needs fewer, to finish a window within the attempt's time); `streaming`: over a gRPC stream, for decoupled
     models: the throughput is then responses per second, and the latencies are to each request's first
     response; `sequence_length`: for a sequence model, the requests per sequence (each concurrent slot runs
-    one sequence at a time)."""
+    one sequence at a time); `output_shm_bytes`: send inputs and receive outputs through system shared memory,
+    with that many bytes for each output."""
     with tempfile.NamedTemporaryFile(suffix=".csv") as out:
         url = server.http if protocol == "http" else server.grpc
         command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol,
@@ -239,6 +241,8 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
             command += ["--streaming"]
         if sequence_length:
             command += ["--sequence-length", str(sequence_length)]
+        if output_shm_bytes:
+            command += ["--shared-memory", "system", "--output-shared-memory-size", str(output_shm_bytes)]
         env = {**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}
         windows = ["--measurement-interval", str(measurement_ms)]
         # On a shared VM a burst of steal can keep p99 from settling within 20 windows; such a run is

@@ -1,0 +1,119 @@
+"""System shared memory against the wire, and the response cache, in one run on this machine.
+
+Shared memory: a 16 MiB FP32 identity, served by Triton 2.51's python backend (bench/triton_identity/model.py,
+a python model as Triton users write it) and by Tessera's Rust identity plugin (`identity_fp32`);
+perf_analyzer sends the tensor and receives it back either in the request and response (binary tensor data
+over HTTP, raw contents over gRPC) or through system shared memory (`--shared-memory system`), over HTTP
+and gRPC, at concurrency 1 (p50) and 4 (throughput). Trials interleave the two servers. Tessera does not
+serve the python file here: its python runtime leaks the guest memory of every tensor it hands to the host
+(componentize-py 0.25 never frees a lowered `list<u8>`), so 16 MiB outputs exhaust the sandbox within a
+hundred requests (docs/performance.md).
+
+Response cache: Tessera alone, `minilm` with `response_cache { enable: true }` (every request after the first
+a hit: perf_analyzer sends the same data) against the same model without it (every request runs), p50 at
+concurrency 1 over gRPC.
+
+Prints Markdown tables and writes them under .cache/bench/results/. Run through `scripts/dev bench-shm`.
+"""
+
+import datetime
+import json
+import os
+import shutil
+import statistics
+
+from harness import (NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, tessera_server,
+                     trial_arguments, triton_server)
+
+ELEMENTS = 4 << 20  # 16 MiB of FP32
+SIDES = ("tessera", "triton")
+CONFIG = """name: "identity_python"
+backend: "python"
+max_batch_size: 0
+input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
+"""
+
+
+def identity_python(repo):
+    directory = repo / "identity_python"
+    (directory / "1").mkdir(parents=True)
+    (directory / "config.pbtxt").write_text(CONFIG)
+    shutil.copy(ROOT / "bench/triton_identity/model.py", directory / "1" / "model.py")
+    # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
+    for entry in ("numpy", "numpy.libs"):
+        (directory / entry).symlink_to(NUMPY / entry)
+
+
+def minilm_pair(repo):
+    """`minilm` with the response cache, and `minilm_uncached` without."""
+    shutil.copytree(ROOT / "model_repository/minilm", repo / "minilm")
+    config = (repo / "minilm/config.pbtxt").read_text()
+    (repo / "minilm/config.pbtxt").write_text(config + "response_cache { enable: true }\n")
+    shutil.copytree(ROOT / "model_repository/minilm", repo / "minilm_uncached")
+    (repo / "minilm_uncached/config.pbtxt").write_text(config.replace('name: "minilm"', 'name: "minilm_uncached"'))
+
+
+def minilm_input_data():
+    """perf_analyzer's input file for minilm: one sentence of 16 tokens (ids from its vocabulary)."""
+    ids = [101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1998, 5368, 2067, 2000, 2009, 102]
+    path = RESULTS.parent / "minilm_tokens.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tensor = lambda values: {"content": values, "shape": [len(values)]}  # noqa: E731
+    path.write_text(json.dumps({"data": [{"input_ids": tensor(ids), "attention_mask": tensor([1] * 16),
+                                          "token_type_ids": tensor([0] * 16)}]}))
+    return str(path)
+
+
+def main():
+    args = trial_arguments(__doc__)
+    tessera_repo, triton_repo = fresh_repositories("shared_memory")
+    shutil.copytree(ROOT / "model_repository/identity_fp32", tessera_repo / "identity_fp32")
+    identity_python(triton_repo)
+    minilm_pair(tessera_repo)
+    tessera = tessera_server(tessera_repo, TESSERA, ["--allow-client-shm=true", "--cache-config=local,size=67108864"])
+    triton = triton_server(triton_repo)
+    servers = {"tessera": (tessera, "identity_fp32"), "triton": (triton, "identity_python")}
+    shape = f"INPUT0:{ELEMENTS}"
+    rows = []
+    try:
+        for server in (tessera, triton):
+            print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
+        for protocol in ("http", "grpc"):
+            for concurrency in (1, 4):
+                for transport, shm_bytes in (("wire", None), ("shared memory", ELEMENTS * 4)):
+                    runs = interleaved(args.trials, lambda side: perf_analyzer(
+                        servers[side][0], protocol, concurrency, args.measurement_ms, model=servers[side][1],
+                        shape=shape, window_requests=200, output_shm_bytes=shm_bytes), names=SIDES)
+                    rows.append((protocol, concurrency, transport, runs))
+                    print(f"  {protocol} c={concurrency} {transport}: " + ", ".join(
+                        f"{side} {statistics.median(r[0] for r in runs[side]):.1f}/s" for side in SIDES), flush=True)
+        tokens = minilm_input_data()
+        cache = {model: [perf_analyzer(tessera, "grpc", 1, args.measurement_ms, model=model, input_data=tokens)
+                         for _ in range(args.trials)]
+                 for model in ("minilm", "minilm_uncached")}
+    finally:
+        tessera.stop()
+        triton.stop()
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    lines = [f"16 MiB FP32 identity (Triton: python model; Tessera: Rust plugin), wire vs system shared memory, {stamp} ({os.cpu_count()} cores, "
+             f"`scripts/dev bench-shm`, {args.trials} interleaved trials of {args.measurement_ms} ms); medians.", "",
+             "| protocol | concurrency | transport | Tessera infer/s | Triton infer/s | Tessera p50 ms | Triton p50 ms |",
+             "|---|---|---|---|---|---|---|"]
+    for protocol, concurrency, transport, runs in rows:
+        median = {side: [statistics.median(r[i] for r in runs[side]) for i in range(3)] for side in SIDES}
+        lines.append(f"| {protocol} | {concurrency} | {transport} | {median['tessera'][0]:.1f} | {median['triton'][0]:.1f} "
+                     f"| {median['tessera'][1] / 1000:.2f} | {median['triton'][1] / 1000:.2f} |")
+    hit, miss = (statistics.median(r[1] for r in cache[m]) for m in ("minilm", "minilm_uncached"))
+    lines += ["", f"Response cache, minilm over gRPC at concurrency 1 (16 tokens): hit p50 {hit:.0f} µs, "
+              f"miss (no cache) p50 {miss:.0f} µs, {miss / hit:.1f}× faster on a hit."]
+    text = "\n".join(lines)
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"shared_memory-{stamp}.md").write_text(text + "\n")
+    (RESULTS / f"shared_memory-{stamp}.json").write_text(json.dumps({"rows": rows, "cache": cache}))
+
+
+if __name__ == "__main__":
+    main()
