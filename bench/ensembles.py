@@ -26,7 +26,7 @@ import sys
 import tempfile
 import time
 
-from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
+from harness import CACHE, NUMPY, ROOT, TESSERA, interleaved, perf_analyzer, ratio, save_results, tessera_server, triton_server
 
 SENTENCE = "Tessera serves Triton's model repositories and runs custom model code as WebAssembly."
 SITE_PACKAGES = pathlib.Path(sys.executable).parent.parent / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
@@ -217,9 +217,7 @@ def report(lines, args, elapsed):
         f"({elapsed / 60:.1f} min, {os.cpu_count()} CPUs)", "",
         "| point | what | value | ratio |", "|---|---|---|---|", *lines,
     ])
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"ensembles-{stamp}.md").write_text(text + "\n")
-    print(text)
+    save_results("ensembles", stamp, text)
 
 
 if __name__ == "__main__":

@@ -281,5 +281,14 @@ def interleaved(trials, measure, names=("tessera", "triton")):
     return results
 
 
+def save_results(name, stamp, text, data=None):
+    """Prints a benchmark's Markdown `text` and keeps it, with its raw `data` as JSON, under RESULTS."""
+    print(text)
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / f"{name}-{stamp}.md").write_text(text + "\n")
+    if data is not None:
+        (RESULTS / f"{name}-{stamp}.json").write_text(json.dumps(data))
+
+
 def ratio(ours, theirs):
     return statistics.median(a / b for a, b in zip(ours, theirs))

@@ -19,7 +19,6 @@ import argparse
 import concurrent.futures
 import datetime
 import itertools
-import json
 import os
 import shutil
 import statistics
@@ -29,7 +28,7 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from harness import CACHE, NUMPY, RESULTS, ROOT, TESSERA, interleaved, perf_analyzer, ratio, tessera_server, triton_server
+from harness import CACHE, NUMPY, ROOT, TESSERA, interleaved, perf_analyzer, ratio, save_results, tessera_server, triton_server
 
 MODEL = ROOT / "model_repository" / "add_sub"
 
@@ -150,10 +149,7 @@ def main():
     lines.append(f"| proportional memory, whole server with one instance (MiB) | {memory['tessera'][0][0]:.0f} | "
                  f"{memory['triton'][0][0]:.0f} | |")
     text = "\n".join(lines)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"python-{stamp}.md").write_text(text + "\n")
-    (RESULTS / f"python-{stamp}.json").write_text(json.dumps({"rows": rows, "loads": loads, "memory": memory}))
-    print(text)
+    save_results("python", stamp, text, {"rows": rows, "loads": loads, "memory": memory})
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ import re
 import shutil
 import statistics
 
-from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, side_rows,
+from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 SIDES = ("tessera onnx", "tessera wasm", "tessera python", "triton python")
@@ -103,11 +103,7 @@ def main():
               f"streams of 100 chunks: {statistics.median(r[0] for r in vad):.0f} chunks/s (32 ms of audio each), "
               f"p50 {statistics.median(r[1] for r in vad):.0f} µs, p99 {statistics.median(r[2] for r in vad):.0f} µs "
               "per chunk."]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"sequences-{stamp}.md").write_text(text + "\n")
-    (RESULTS / f"sequences-{stamp}.json").write_text(json.dumps({"rows": rows, "silero_vad": vad}))
+    save_results("sequences", stamp, "\n".join(lines), {"rows": rows, "silero_vad": vad})
 
 
 if __name__ == "__main__":

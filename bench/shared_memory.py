@@ -22,7 +22,7 @@ import os
 import shutil
 import statistics
 
-from harness import (NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, tessera_server,
+from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, tessera_server,
                      trial_arguments, triton_server)
 
 ELEMENTS = 4 << 20  # 16 MiB of FP32
@@ -57,8 +57,7 @@ def minilm_pair(repo):
 def minilm_input_data():
     """perf_analyzer's input file for minilm: one sentence of 16 tokens (ids from its vocabulary)."""
     ids = [101, 1996, 4248, 2829, 4419, 14523, 2058, 1996, 13971, 3899, 1998, 5368, 2067, 2000, 2009, 102]
-    path = RESULTS.parent / "minilm_tokens.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = CACHE / "minilm_tokens.json"
     tensor = lambda values: {"content": values, "shape": [len(values)]}  # noqa: E731
     path.write_text(json.dumps({"data": [{"input_ids": tensor(ids), "attention_mask": tensor([1] * 16),
                                           "token_type_ids": tensor([0] * 16)}]}))
@@ -108,11 +107,7 @@ def main():
     hit, miss = (statistics.median(r[1] for r in cache[m]) for m in ("minilm", "minilm_uncached"))
     lines += ["", f"Response cache, minilm over gRPC at concurrency 1 (16 tokens): hit p50 {hit:.0f} µs, "
               f"miss (no cache) p50 {miss:.0f} µs, {miss / hit:.1f}× faster on a hit."]
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"shared_memory-{stamp}.md").write_text(text + "\n")
-    (RESULTS / f"shared_memory-{stamp}.json").write_text(json.dumps({"rows": rows, "cache": cache}))
+    save_results("shared_memory", stamp, "\n".join(lines), {"rows": rows, "cache": cache})
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 
-from harness import (CACHE, NUMPY, RESULTS, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, side_rows,
+from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 RESPONSES = 100
@@ -77,11 +77,7 @@ def main():
              "| concurrency | side | responses/s | vs Triton | first response p50 µs | vs Triton | p99 µs |",
              "|---|---|---|---|---|---|---|"]
     lines += side_rows(rows, SIDES)
-    text = "\n".join(lines)
-    print(text)
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"streaming-{stamp}.md").write_text(text + "\n")
-    (RESULTS / f"streaming-{stamp}.json").write_text(json.dumps({"rows": rows}))
+    save_results("streaming", stamp, "\n".join(lines), {"rows": rows})
 
 
 if __name__ == "__main__":
