@@ -33,6 +33,11 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
     let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
     let complete_configs = options.complete_configs();
+    let trace_settings = options.trace_settings().map_err(anyhow::Error::msg)?;
+    if !trace_settings.level.is_off() && trace_settings.file.is_empty() {
+        tracing::warn!("tracing is on but no trace file is set (--trace-config triton,file=PATH): traces are dropped");
+    }
+    crate::observability::trace::start(trace_settings);
     let cache = options.response_cache_size().map_err(anyhow::Error::msg)?.map(|bytes| {
         tracing::info!("response cache: local, {bytes} bytes");
         Arc::new(ResponseCache::new(bytes))
@@ -132,6 +137,7 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
             "exit timeout of {exit_timeout:?} reached (--exit-timeout-secs) with connections or requests still open; exiting"
         ),
     }
+    crate::observability::trace::tracer().flush();
     Ok(())
 }
 

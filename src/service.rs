@@ -12,6 +12,7 @@ use crate::inference::signature::TensorSpec;
 use crate::inference::{InferenceRequest, InferenceResponse, ResponseStream};
 use crate::model_config::ModelConfig;
 use crate::observability::logging::{Levels, Log, LogFormat, LogSettings};
+use crate::observability::trace;
 use crate::proto::inference::ModelStatisticsResponse;
 use crate::repository::{ModelControl, ModelRepository};
 use crate::shared_memory::SharedMemory;
@@ -20,7 +21,7 @@ use crate::shared_memory::SharedMemory;
 pub use crate::repository::{IndexEntry, LoadOverrides};
 
 /// The protocol extensions this server implements, as listed in server metadata.
-pub const EXTENSIONS: [&str; 9] = [
+pub const EXTENSIONS: [&str; 10] = [
     "binary_tensor_data",
     "cuda_shared_memory",
     "logging",
@@ -30,6 +31,7 @@ pub const EXTENSIONS: [&str; 9] = [
     "parameters",
     "statistics",
     "system_shared_memory",
+    "trace",
 ];
 
 pub struct ServerMetadata<'a> {
@@ -86,6 +88,9 @@ pub struct LogChange {
     pub format: Option<LogFormat>,
 }
 
+/// Triton's answer to a request that names a trace file: the file is chosen at start-up only.
+pub const TRACE_FILE_FIXED: &str = "trace file location can not be updated through network protocol";
+
 /// Triton's answer to a request that names a log file: the file is chosen at start-up only.
 pub const LOG_FILE_FIXED: &str = "log file location can not be updated through network protocol";
 
@@ -130,6 +135,28 @@ impl Service {
     /// health-and-metadata examples fail on any other name). The version is Tessera's.
     pub fn server_metadata(&self) -> ServerMetadata<'_> {
         ServerMetadata { name: &self.settings.id, version: env!("CARGO_PKG_VERSION"), extensions: &EXTENSIONS }
+    }
+
+    /// The trace extension's settings for `model` (the global ones for an empty name); a model must be ready.
+    pub fn trace_settings(&self, model: &str) -> Result<trace::Settings> {
+        self.check_trace_scope(model)?;
+        Ok(trace::tracer().settings(model))
+    }
+
+    /// Applies a trace extension change to `model` (globally for an empty name) and answers the settings now
+    /// in force there.
+    pub fn change_trace_settings(&self, model: &str, change: &trace::Change) -> Result<trace::Settings> {
+        self.check_trace_scope(model)?;
+        let settings = trace::tracer().change(model, change);
+        tracing::info!(model, level = ?settings.level.names(), rate = settings.rate, count = settings.count, "trace settings changed");
+        Ok(settings)
+    }
+
+    fn check_trace_scope(&self, model: &str) -> Result<()> {
+        match model.is_empty() || self.model_ready(model, "").is_ok() {
+            true => Ok(()),
+            false => Err(Error::invalid(format!("Request for unknown model : {model}"))),
+        }
     }
 
     /// The logging extension's settings.

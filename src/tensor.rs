@@ -127,6 +127,33 @@ impl Tensor {
         }
         Ok(())
     }
+
+    /// The elements as text, comma-separated (BYTES elements as UTF-8, lossily), as Triton's tensor traces
+    /// show them.
+    pub fn values_text(&self) -> String {
+        fn each<const N: usize>(data: &[u8], show: impl Fn([u8; N]) -> String) -> Vec<String> {
+            data.chunks_exact(N).map(|chunk| show(chunk.try_into().expect("chunks of N bytes"))).collect()
+        }
+        let values = match self.datatype {
+            DataType::Bool => self.data.iter().map(|&b| (b != 0).to_string()).collect(),
+            DataType::Int8 => self.data.iter().map(|&b| (b as i8).to_string()).collect(),
+            DataType::Uint8 => self.data.iter().map(u8::to_string).collect(),
+            DataType::Int16 => each(&self.data, |b| i16::from_le_bytes(b).to_string()),
+            DataType::Uint16 => each(&self.data, |b| u16::from_le_bytes(b).to_string()),
+            DataType::Int32 => each(&self.data, |b| i32::from_le_bytes(b).to_string()),
+            DataType::Uint32 => each(&self.data, |b| u32::from_le_bytes(b).to_string()),
+            DataType::Int64 => each(&self.data, |b| i64::from_le_bytes(b).to_string()),
+            DataType::Uint64 => each(&self.data, |b| u64::from_le_bytes(b).to_string()),
+            DataType::Fp16 => each(&self.data, |b| half::f16::from_le_bytes(b).to_string()),
+            DataType::Bf16 => each(&self.data, |b| half::bf16::from_le_bytes(b).to_string()),
+            DataType::Fp32 => each(&self.data, |b| f32::from_le_bytes(b).to_string()),
+            DataType::Fp64 => each(&self.data, |b| f64::from_le_bytes(b).to_string()),
+            DataType::Bytes => bytes_elements(&self.data)
+                .map(|elements| elements.iter().map(|e| String::from_utf8_lossy(e).into_owned()).collect())
+                .unwrap_or_default(),
+        };
+        values.join(",")
+    }
 }
 
 /// The number of elements in `shape`, refusing negative dimensions and sizes that overflow.

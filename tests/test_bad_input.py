@@ -283,10 +283,6 @@ def test_grpc_plugin_trap(stub):
     assert struct.unpack("<i", stub.ModelInfer(mode(0)).raw_output_contents[0]) == (0,)
 
 
-def test_grpc_unimplemented_rpcs_say_so(stub):
-    grpc_error(lambda: stub.TraceSetting(service_pb2.TraceSettingRequest()), grpc.StatusCode.UNIMPLEMENTED, "TraceSetting")
-
-
 def test_grpc_health_check(server):
     with grpc.insecure_channel(server.grpc_url) as channel:
         check = channel.unary_unary("/grpc.health.v1.Health/Check", request_serializer=None, response_deserializer=None)

@@ -36,19 +36,6 @@ fn is_true(value: &str) -> bool {
     matches!(value.to_ascii_lowercase().as_str(), "true" | "1" | "on" | "yes")
 }
 
-/// A trace setting that turns tracing on: `level=` anything but OFF, in any mode's spelling.
-fn traces(value: &str) -> bool {
-    let level = value.rsplit(',').next().unwrap_or(value);
-    match level.split_once('=') {
-        Some(("level", level)) => !level.eq_ignore_ascii_case("OFF"),
-        _ => false,
-    }
-}
-
-fn level_not_off(value: &str) -> bool {
-    !value.eq_ignore_ascii_case("OFF")
-}
-
 const NO_THREAD_POOLS: &str =
     "every endpoint is served by one runtime whose threads match the machine's cores, not by pools per protocol";
 const NO_GPU: &str = "Tessera runs models on the CPU; there is no GPU memory or device to manage";
@@ -58,7 +45,6 @@ const NO_SAGEMAKER: &str = "Tessera has no SageMaker endpoint; serve KServe v2 o
 const NO_VERTEX: &str = "Tessera has no Vertex AI endpoint; serve KServe v2 over --http-port instead";
 const NO_TLS: &str =
     "Tessera's gRPC endpoint does not terminate TLS; put a TLS proxy (or a service mesh) in front of it";
-const NO_TRACING: &str = "Tessera does not trace requests yet; start it without a trace level, or with level=OFF";
 
 const FLAGS: &[Flag] = &[
     ignored(
@@ -106,7 +92,6 @@ const FLAGS: &[Flag] = &[
     ignored("allow-cpu-metrics", "Metrics", "Tessera exports no CPU utilisation metrics"),
     ignored("metrics-interval-ms", "Metrics", "metrics are read when /metrics is scraped, not on an interval"),
     ignored("metrics-config", "Metrics", "Tessera's latency metrics are fixed histograms and counters"),
-    Flag { name: "trace-config", heading: "Tracing", effect: Effect::RefusedWhen(traces, NO_TRACING) },
     ignored("cache-directory", "Response Cache", "the local cache keeps answers in memory only"),
     ignored("backend-directory", "Backend", "Tessera's backends (wasm, python, onnxruntime) are built in"),
     ignored("repoagent-directory", "Repository Agent", "Tessera has no repository agents"),
@@ -123,11 +108,6 @@ const FLAGS: &[Flag] = &[
     ),
     ignored("host-policy", "Memory/Device Management", "Tessera has no host policies"),
     ignored("model-load-gpu-limit", "Memory/Device Management", NO_GPU),
-    ignored("trace-file", "DEPRECATED", NO_TRACING),
-    Flag { name: "trace-level", heading: "DEPRECATED", effect: Effect::RefusedWhen(level_not_off, NO_TRACING) },
-    ignored("trace-rate", "DEPRECATED", NO_TRACING),
-    ignored("trace-count", "DEPRECATED", NO_TRACING),
-    ignored("trace-log-frequency", "DEPRECATED", NO_TRACING),
 ];
 
 /// tritonserver's help headings, in its order.
@@ -227,8 +207,5 @@ mod tests {
         assert!(said[0].starts_with("--http-thread-count has no effect"), "{said:?}");
         assert!(check(&["--allow-sagemaker"]).unwrap_err().contains("SageMaker"));
         assert!(check(&["--grpc-use-ssl=1"]).unwrap_err().contains("TLS"));
-        assert!(check(&["--trace-config", "level=OFF", "--trace-config", "rate=100"]).is_ok());
-        assert!(check(&["--trace-config", "triton,level=TIMESTAMPS"]).is_err());
-        assert!(check(&["--trace-level=TENSORS"]).is_err());
     }
 }

@@ -8,6 +8,7 @@ use clap::builder::BoolishValueParser;
 use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
 pub use crate::observability::logging::LogFormat;
+use crate::observability::trace;
 pub use crate::repository::ControlMode;
 
 mod compat;
@@ -168,6 +169,13 @@ pub struct Options {
     #[arg(help_heading = "Metrics", long, default_value_t = 8002)]
     pub metrics_port: u16,
 
+    /// A trace setting: `<setting>=<value>` for every mode (`level=OFF|TIMESTAMPS|TENSORS`, repeatable;
+    /// `rate=N`, every N-th request; `count=N`, at most N traces, -1 for no limit; `mode=triton`), or
+    /// `triton,<setting>=<value>` for Triton's trace files (`file=PATH`; `log-frequency=N`, write the file
+    /// every N traces, to PATH.0, PATH.1, …, or 0: to PATH at shutdown).
+    #[arg(help_heading = "Tracing", long = "trace-config", value_name = "[MODE,]KEY=VALUE")]
+    pub trace_config: Vec<String>,
+
     /// A backend setting, `<backend>,<setting>=<value>`, e.g. `onnxruntime,library=/opt/ort/libonnxruntime.so`;
     /// repeat the flag for several.
     #[arg(help_heading = "Backend", long = "backend-config", value_name = "BACKEND,KEY=VALUE", value_parser = parse_backend_config)]
@@ -191,6 +199,26 @@ pub struct Options {
     /// DEPRECATED (as in tritonserver): `true` is `--disable-auto-complete-config`.
     #[arg(help_heading = "DEPRECATED", long, default_value_t = false, action = ArgAction::Set, value_parser = BoolishValueParser::new(), num_args = 0..=1, default_missing_value = "true")]
     pub strict_model_config: bool,
+
+    /// DEPRECATED (as in tritonserver): the same as `--trace-config triton,file=PATH`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "PATH")]
+    pub trace_file: Option<String>,
+
+    /// DEPRECATED (as in tritonserver): the same as `--trace-config level=LEVEL`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "LEVEL")]
+    pub trace_level: Vec<String>,
+
+    /// DEPRECATED (as in tritonserver): the same as `--trace-config rate=N`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "N")]
+    pub trace_rate: Option<String>,
+
+    /// DEPRECATED (as in tritonserver): the same as `--trace-config count=N`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "N")]
+    pub trace_count: Option<String>,
+
+    /// DEPRECATED (as in tritonserver): the same as `--trace-config triton,log-frequency=N`.
+    #[arg(help_heading = "DEPRECATED", long, value_name = "N")]
+    pub trace_log_frequency: Option<String>,
 
     /// DEPRECATED (as in tritonserver): the same as `--cache-config local,size=N`.
     #[arg(help_heading = "DEPRECATED", long, value_name = "BYTES")]
@@ -233,14 +261,19 @@ fn parse_backend_config(text: &str) -> Result<(String, String, String), String> 
 
 impl Options {
     /// The process's command line, tritonserver's flags for other servers included; exits with clap's
-    /// message on a bad one, or with ours on one that `compat` refuses.
+    /// message on a bad one, or with ours on one that `compat` refuses or a trace or cache setting Tessera
+    /// does not have.
     pub fn parse_command_line() -> Self {
         let command = compat::add_to(Options::command());
         let matches = command.get_matches();
         let mut options = Options::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-        match compat::notices(&matches) {
-            Ok(notices) => options.notices = notices,
-            Err(refusal) => Options::command().error(clap::error::ErrorKind::ArgumentConflict, refusal).exit(),
+        let checked = compat::notices(&matches).and_then(|notices| {
+            options.notices = notices;
+            options.trace_settings()?;
+            options.response_cache_size()
+        });
+        if let Err(refusal) = checked {
+            Options::command().error(clap::error::ErrorKind::ArgumentConflict, refusal).exit();
         }
         options
     }
@@ -274,6 +307,67 @@ impl Options {
             }
         }
         Ok(size.filter(|&bytes| bytes > 0))
+    }
+
+    /// The trace settings the flags ask for (deprecated spellings first, `--trace-config` over them).
+    /// Refuses the `opentelemetry` mode, which Tessera does not export yet.
+    pub fn trace_settings(&self) -> Result<trace::Settings, String> {
+        let mut given: Vec<(String, String, String)> = Vec::new();
+        let deprecated = [
+            ("triton", "file", &self.trace_file),
+            ("", "rate", &self.trace_rate),
+            ("", "count", &self.trace_count),
+            ("triton", "log-frequency", &self.trace_log_frequency),
+        ];
+        for (mode, key, value) in deprecated {
+            if let Some(value) = value {
+                given.push((mode.into(), key.into(), value.clone()));
+            }
+        }
+        given.extend(self.trace_level.iter().map(|level| (String::new(), "level".into(), level.clone())));
+        for text in &self.trace_config {
+            let (mode, setting) = match text.split_once(',') {
+                Some((mode, setting)) => (mode, setting),
+                None => ("", text.as_str()),
+            };
+            let (key, value) = setting
+                .split_once('=')
+                .ok_or_else(|| format!("--trace-config {text}: expected [<mode>,]<setting>=<value>"))?;
+            given.push((mode.into(), key.into(), value.into()));
+        }
+        let mut settings = trace::Settings::default();
+        let mut levels = Vec::new();
+        for (mode, key, value) in &given {
+            let refuse = |why: &str| {
+                format!(
+                    "--trace-config {}{key}={value}: {why}",
+                    if mode.is_empty() { String::new() } else { format!("{mode},") }
+                )
+            };
+            match (mode.as_str(), key.as_str()) {
+                ("opentelemetry", _) => {
+                    return Err(refuse("Tessera does not export OpenTelemetry traces yet; use the triton mode"))
+                }
+                ("" | "triton", "mode") if value == "triton" => {}
+                ("" | "triton", "mode") => return Err(refuse("Tessera writes traces in the triton mode only")),
+                ("" | "triton", "level") => levels.push(value.clone()),
+                ("" | "triton", "rate") => {
+                    settings.rate = trace::settings::parse_number("rate", value, 0, u32::MAX).map_err(|e| refuse(&e))?
+                }
+                ("" | "triton", "count") => {
+                    settings.count =
+                        trace::settings::parse_number("count", value, -1, i32::MAX).map_err(|e| refuse(&e))?
+                }
+                ("triton", "file") => settings.file = value.clone(),
+                ("triton", "log-frequency") => {
+                    settings.log_frequency =
+                        trace::settings::parse_number("log-frequency", value, 0, u32::MAX).map_err(|e| refuse(&e))?
+                }
+                _ => return Err(refuse("unknown trace setting")),
+            }
+        }
+        settings.level = trace::Level::from_names(levels.iter().map(String::as_str))?;
+        Ok(settings)
     }
 
     /// Whether configs are completed from the models (neither flag that turns it off was given).

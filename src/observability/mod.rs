@@ -1,7 +1,8 @@
-//! What the server tells its operators about itself: the log (levels, destination), and the statistics and
-//! Prometheus metrics that the scheduler records for every request. The frontends only serve what this
+//! What the server tells its operators about itself: the log (levels, destination), the statistics and
+//! Prometheus metrics that the scheduler records for every request, and the traces of sampled requests. The frontends only serve what this
 //! module records; nothing here knows about a protocol.
 
 pub mod logging;
 pub mod metrics;
 pub(crate) mod stats;
+pub mod trace;

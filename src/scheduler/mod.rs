@@ -28,6 +28,7 @@ use crate::error::{Error, LoadResult, Result};
 use crate::inference::{classification, InferenceRequest, InferenceResponse, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::observability::stats::{Stats, Timing};
+use crate::observability::trace;
 use crate::proto::inference::ModelStatistics;
 use crate::tensor::Tensor;
 use batcher::Batcher;
@@ -119,11 +120,27 @@ impl Scheduler {
         }
         let arrived = Instant::now();
         self.stats.started();
+        let mut trace = trace::tracer().sample(&self.name, self.version, &request.id);
+        if let Some(trace) = &mut trace {
+            trace.timestamp("REQUEST_START", arrived);
+            trace.timestamp("QUEUE_START", arrived);
+            trace.tensors("TENSOR_QUEUE_INPUT", &request.inputs);
+        }
         let (result, queue) = match &self.cache {
             Some(cache) => self.run_cached(cache, request, arrived).await,
             None => self.run(request).await,
         };
+        let computed = Instant::now();
         self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
+        if let Some(mut trace) = trace {
+            trace.timestamp("COMPUTE_START", arrived + queue);
+            if let Ok(response) = &result {
+                trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
+            }
+            trace.timestamp("COMPUTE_END", computed);
+            trace.timestamp("REQUEST_END", Instant::now());
+            trace::tracer().finish(trace);
+        }
         result
     }
 

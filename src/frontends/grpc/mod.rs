@@ -1,6 +1,5 @@
 //! The gRPC frontend: Triton's `inference.GRPCInferenceService` and the standard `grpc.health.v1.Health`,
-//! tonic's generated services served by hyper's HTTP/2 on one port. RPCs whose features are not built yet
-//! answer UNIMPLEMENTED with a message naming the RPC. Message size limits match tritonclient's (2 GiB), so
+//! tonic's generated services served by hyper's HTTP/2 on one port. Message size limits match tritonclient's (2 GiB), so
 //! large tensors are not refused.
 //!
 //! The HTTP/2 settings are the ones tonic's `Server` used by default (no limit on concurrent streams, as
@@ -15,6 +14,7 @@ mod logging;
 mod repository;
 mod shared_memory;
 mod stream;
+mod trace;
 
 use std::sync::Arc;
 
@@ -87,10 +87,6 @@ struct GrpcService {
 }
 
 type Rpc<T> = Result<Response<T>, Status>;
-
-fn unimplemented(rpc: &str) -> Status {
-    Status::unimplemented(format!("{rpc} is not implemented by this server yet"))
-}
 
 #[tonic::async_trait]
 impl GrpcInferenceService for GrpcService {
@@ -241,8 +237,15 @@ impl GrpcInferenceService for GrpcService {
         Ok(Response::new(CudaSharedMemoryUnregisterResponse {}))
     }
 
-    async fn trace_setting(&self, _: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {
-        Err(unimplemented("TraceSetting"))
+    async fn trace_setting(&self, request: Request<TraceSettingRequest>) -> Rpc<TraceSettingResponse> {
+        let request = request.into_inner();
+        let settings = match request.settings.is_empty() {
+            true => self.service.trace_settings(&request.model_name)?,
+            false => {
+                self.service.change_trace_settings(&request.model_name, &trace::trace_change(&request.settings)?)?
+            }
+        };
+        Ok(Response::new(trace::response(settings)))
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {

@@ -9,6 +9,7 @@ mod logging;
 mod repository;
 mod routes;
 mod shared_memory;
+mod trace;
 
 use std::future::Future;
 use std::io::Read;
@@ -50,6 +51,8 @@ pub fn router(service: Arc<Service>, restrictions: Restrictions) -> Router {
         .route("/v2/models/{model}/stats", get(routes::model_statistics))
         .route("/v2/models/{model}/versions/{version}/stats", get(routes::model_statistics_version))
         .route("/v2/logging", get(logging::settings).post(logging::change))
+        .route("/v2/trace/setting", get(trace::global).post(trace::change_global))
+        .route("/v2/models/{model}/trace/setting", get(trace::model).post(trace::change_model))
         .route("/v2/systemsharedmemory/status", get(shared_memory::system_status))
         .route("/v2/systemsharedmemory/region/{name}/status", get(shared_memory::system_region_status))
         .route("/v2/systemsharedmemory/region/{name}/register", post(shared_memory::system_register))

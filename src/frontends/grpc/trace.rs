@@ -1,0 +1,63 @@
+//! The trace extension over gRPC: `TraceSetting` with an empty map answers the settings of `model_name`
+//! (global when empty); entries set fields (one string each, a list for the level) or, with no value, clear
+//! them. Triton's codes: a trace file is fixed at start-up (UNIMPLEMENTED), bad values INVALID_ARGUMENT.
+
+use std::collections::HashMap;
+
+use tonic::Status;
+
+use crate::observability::trace::settings::parse_number;
+use crate::observability::trace::{Change, Level, Settings};
+use crate::proto::inference::trace_setting_request::SettingValue;
+use crate::proto::inference::trace_setting_response::SettingValue as Answer;
+use crate::proto::inference::TraceSettingResponse;
+use crate::service::TRACE_FILE_FIXED;
+
+/// What `settings` asks to change, or the status refusing it.
+pub fn trace_change(settings: &HashMap<String, SettingValue>) -> Result<Change, Status> {
+    if settings.contains_key("trace_file") {
+        return Err(Status::unimplemented(TRACE_FILE_FIXED));
+    }
+    let one = |key: &str| -> Result<Option<Option<&str>>, Status> {
+        match settings.get(key).map(|setting| setting.value.as_slice()) {
+            None => Ok(None),
+            Some([]) => Ok(Some(None)),
+            Some([value]) => Ok(Some(Some(value.as_str()))),
+            Some(_) => Err(Status::invalid_argument(format!("expect only 1 value for '{key}'"))),
+        }
+    };
+    let number = |key: &str, min: i64, max: i64| -> Result<Option<Option<i64>>, Status> {
+        one(key)?
+            .map(|value| {
+                value.map(|text| parse_number(key, text, min, max).map_err(Status::invalid_argument)).transpose()
+            })
+            .transpose()
+    };
+    let level = match settings.get("trace_level").map(|setting| setting.value.as_slice()) {
+        None => None,
+        Some([]) => Some(None),
+        Some(names) => {
+            Some(Some(Level::from_names(names.iter().map(String::as_str)).map_err(Status::invalid_argument)?))
+        }
+    };
+    Ok(Change {
+        level,
+        rate: number("trace_rate", 0, u32::MAX.into())?.map(|v| v.map(|n| n as u32)),
+        count: number("trace_count", -1, i32::MAX.into())?.map(|v| v.map(|n| n as i32)),
+        log_frequency: number("log_frequency", 0, u32::MAX.into())?.map(|v| v.map(|n| n as u32)),
+    })
+}
+
+pub fn response(settings: Settings) -> TraceSettingResponse {
+    let entry = |key: &str, values: Vec<String>| (key.to_string(), Answer { value: values });
+    TraceSettingResponse {
+        settings: HashMap::from([
+            entry("trace_level", settings.level.names().into_iter().map(String::from).collect()),
+            entry("trace_rate", vec![settings.rate.to_string()]),
+            entry("trace_count", vec![settings.count.to_string()]),
+            entry("log_frequency", vec![settings.log_frequency.to_string()]),
+            entry("trace_file", vec![settings.file]),
+            entry("trace_mode", vec!["triton".into()]),
+        ]),
+    }
+}

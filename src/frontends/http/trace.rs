@@ -1,0 +1,100 @@
+//! The trace extension over HTTP: `GET/POST /v2/trace/setting` (global) and
+//! `/v2/models/{m}/trace/setting` (one model, which must be ready). A POST sets the fields its JSON object
+//! names and clears the ones it gives as `null` (a model's fall back to the global ones); values are
+//! strings, levels a list. Triton's messages and codes: a trace file is fixed at start-up (501).
+
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{Map, Value};
+
+use super::{body_object, error_body};
+use crate::error::Error;
+use crate::observability::trace::settings::parse_number;
+use crate::observability::trace::{Change, Level, Settings};
+use crate::service::{Service, TRACE_FILE_FIXED};
+
+type Ctx = State<Arc<Service>>;
+
+pub async fn global(State(ctx): Ctx) -> Response {
+    answer(ctx.trace_settings(""))
+}
+
+pub async fn change_global(State(ctx): Ctx, body: Bytes) -> Response {
+    change(&ctx, "", &body)
+}
+
+pub async fn model(State(ctx): Ctx, Path(model): Path<String>) -> Response {
+    answer(ctx.trace_settings(&model))
+}
+
+pub async fn change_model(State(ctx): Ctx, Path(model): Path<String>, body: Bytes) -> Response {
+    change(&ctx, &model, &body)
+}
+
+fn change(ctx: &Service, model: &str, body: &[u8]) -> Response {
+    let body = match body_object(body) {
+        Ok(body) => body,
+        Err(e) => return e.into_response(),
+    };
+    if body.contains_key("trace_file") {
+        return error_body(StatusCode::NOT_IMPLEMENTED, TRACE_FILE_FIXED);
+    }
+    match trace_change(&body) {
+        Ok(change) => answer(ctx.change_trace_settings(model, &change)),
+        Err(message) => Error::invalid(message).into_response(),
+    }
+}
+
+fn answer(settings: crate::error::Result<Settings>) -> Response {
+    match settings {
+        Ok(settings) => Json(serde_json::json!({
+            "trace_level": settings.level.names(),
+            "trace_rate": settings.rate.to_string(),
+            "trace_count": settings.count.to_string(),
+            "log_frequency": settings.log_frequency.to_string(),
+            "trace_file": settings.file,
+            "trace_mode": "triton",
+        }))
+        .into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// What `body` asks to change, or why it cannot.
+fn trace_change(body: &Map<String, Value>) -> Result<Change, String> {
+    let text = |key: &str| -> Result<Option<Option<String>>, String> {
+        match body.get(key) {
+            None => Ok(None),
+            Some(Value::Null) => Ok(Some(None)),
+            Some(Value::String(text)) => Ok(Some(Some(text.clone()))),
+            Some(other) => Err(format!("'{key}' must be a string, got {other}")),
+        }
+    };
+    let level = match body.get("trace_level") {
+        None => None,
+        Some(Value::Null) => Some(None),
+        Some(Value::Array(names)) => {
+            let names: Option<Vec<&str>> = names.iter().map(Value::as_str).collect();
+            let names = names.ok_or("'trace_level' must be a list of strings")?;
+            Some(Some(Level::from_names(names)?))
+        }
+        Some(other) => return Err(format!("'trace_level' must be a list of strings, got {other}")),
+    };
+    Ok(Change {
+        level,
+        rate: text("trace_rate")?
+            .map(|v| v.map(|t| parse_number("trace_rate", &t, 0, u32::MAX)).transpose())
+            .transpose()?,
+        count: text("trace_count")?
+            .map(|v| v.map(|t| parse_number("trace_count", &t, -1, i32::MAX)).transpose())
+            .transpose()?,
+        log_frequency: text("log_frequency")?
+            .map(|v| v.map(|t| parse_number("log_frequency", &t, 0, u32::MAX)).transpose())
+            .transpose()?,
+    })
+}
