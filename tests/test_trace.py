@@ -166,3 +166,4 @@ def test_trace_is_listed_as_an_extension(tmp_path):
         assert "trace" in requests.get(server.url("/v2"), timeout=10).json()["extensions"]
     finally:
         assert server.stop() == 0
+

@@ -12,9 +12,9 @@ use clap::{Arg, ArgAction, ArgMatches, Command};
 enum Effect {
     /// Accepted; the reason it changes nothing is logged.
     Ignored(&'static str),
-    /// Refused when the value asks for something Tessera does not do (`refuses(value)`), with the reason;
+    /// Refused, with the reason, when its value is true (it asks for something Tessera does not do);
     /// otherwise accepted silently (e.g. `--allow-sagemaker=false`).
-    RefusedWhen(fn(&str) -> bool, &'static str),
+    RefusedWhenTrue(&'static str),
 }
 
 struct Flag {
@@ -28,7 +28,7 @@ const fn ignored(name: &'static str, heading: &'static str, why: &'static str) -
 }
 
 const fn refused_when_true(name: &'static str, heading: &'static str, why: &'static str) -> Flag {
-    Flag { name, heading, effect: Effect::RefusedWhen(is_true, why) }
+    Flag { name, heading, effect: Effect::RefusedWhenTrue(why) }
 }
 
 /// tritonserver's spellings of true (`ParseOption<bool>`).
@@ -156,7 +156,7 @@ fn table_arg(flag: &Flag) -> Arg {
     {
         let help = match flag.effect {
             Effect::Ignored(why) => format!("Accepted for tritonserver's command lines; no effect: {why}."),
-            Effect::RefusedWhen(_, why) => {
+            Effect::RefusedWhenTrue(why) => {
                 format!("Accepted for tritonserver's command lines where it asks for nothing: {why}.")
             }
         };
@@ -180,8 +180,8 @@ pub fn notices(matches: &ArgMatches) -> Result<Vec<String>, String> {
         let values: Vec<&String> = values.collect();
         match flag.effect {
             Effect::Ignored(why) => notices.push(format!("--{} has no effect in Tessera: {why}", flag.name)),
-            Effect::RefusedWhen(refuses, why) => {
-                if let Some(value) = values.iter().find(|value| refuses(value)) {
+            Effect::RefusedWhenTrue(why) => {
+                if let Some(value) = values.iter().find(|value| is_true(value)) {
                     return Err(format!("--{}={value}: {why}", flag.name));
                 }
             }

@@ -138,14 +138,14 @@ impl SharedMemory {
             .ok_or_else(|| Error::NotFound(format!("Unable to find shared memory region: '{name}'")))
     }
 
-    /// An input's bytes from region `name`, without a copy.
-    pub fn input(&self, name: &str, offset: u64, byte_size: u64) -> Result<Bytes> {
-        self.region(name)?.input(offset, byte_size)
+    /// An input's bytes from the region `reference` names, without a copy.
+    pub fn input(&self, reference: &ShmReference) -> Result<Bytes> {
+        self.region(&reference.region)?.input(reference.offset, reference.byte_size)
     }
 
-    /// Where a requested output goes in region `name`, checked before the model runs.
-    pub fn output(&self, name: &str, offset: u64, byte_size: u64) -> Result<OutputPlace> {
-        self.region(name)?.output(offset, byte_size)
+    /// Where a requested output goes in the region `reference` names, checked before the model runs.
+    pub fn output(&self, reference: &ShmReference) -> Result<OutputPlace> {
+        self.region(&reference.region)?.output(reference.offset, reference.byte_size)
     }
 }
 

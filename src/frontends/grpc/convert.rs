@@ -54,7 +54,7 @@ pub fn request_from_proto(
                 Some(_) if class_count.is_some() => {
                     return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'classification'"))
                 }
-                Some(place) => Some(shm.output(&place.region, place.offset, place.byte_size)?),
+                Some(place) => Some(shm.output(&place)?),
                 None => None,
             };
             places.push(place);
@@ -109,14 +109,19 @@ fn shm_reference(tensor: &str, parameters: &HashMap<String, InferParameter>) -> 
     Ok(Some(ShmReference { region, offset: offset.unwrap_or(0), byte_size }))
 }
 
+/// An input's data type, refusing a name KServe does not have.
+fn input_datatype(input: &InferInputTensor) -> Result<DataType> {
+    DataType::from_kserve(&input.datatype)
+        .ok_or_else(|| Error::invalid(format!("input '{}' has unknown datatype '{}'", input.name, input.datatype)))
+}
+
 fn input_from_shared_memory(input: InferInputTensor, place: &ShmReference, shm: &SharedMemory) -> Result<Tensor> {
+    let datatype = input_datatype(&input)?;
     let name = input.name;
-    let datatype = DataType::from_kserve(&input.datatype)
-        .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
     if input.contents.as_ref().is_some_and(|contents| !is_empty(contents)) {
         return Err(Error::invalid(format!("input '{name}' has both shared memory and typed contents")));
     }
-    let data = shm.input(&place.region, place.offset, place.byte_size)?;
+    let data = shm.input(place)?;
     Ok(Tensor { name, datatype, shape: input.shape, data })
 }
 
@@ -133,9 +138,8 @@ fn class_count(parameters: &HashMap<String, InferParameter>) -> Result<Option<us
 }
 
 fn input_from_proto(input: InferInputTensor, raw: Option<Bytes>) -> Result<Tensor> {
+    let datatype = input_datatype(&input)?;
     let name = input.name;
-    let datatype = DataType::from_kserve(&input.datatype)
-        .ok_or_else(|| Error::invalid(format!("input '{name}' has unknown datatype '{}'", input.datatype)))?;
     let data = match (raw, input.contents) {
         (Some(_), Some(contents)) if !is_empty(&contents) => {
             return Err(Error::invalid(format!("input '{name}' has both raw_input_contents and typed contents")))

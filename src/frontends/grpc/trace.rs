@@ -18,21 +18,6 @@ pub fn trace_change(settings: &HashMap<String, SettingValue>) -> Result<Change, 
     if settings.contains_key("trace_file") {
         return Err(Status::unimplemented(TRACE_FILE_FIXED));
     }
-    let one = |key: &str| -> Result<Option<Option<&str>>, Status> {
-        match settings.get(key).map(|setting| setting.value.as_slice()) {
-            None => Ok(None),
-            Some([]) => Ok(Some(None)),
-            Some([value]) => Ok(Some(Some(value.as_str()))),
-            Some(_) => Err(Status::invalid_argument(format!("expect only 1 value for '{key}'"))),
-        }
-    };
-    let number = |key: &str, min: i64, max: i64| -> Result<Option<Option<i64>>, Status> {
-        one(key)?
-            .map(|value| {
-                value.map(|text| parse_number(key, text, min, max).map_err(Status::invalid_argument)).transpose()
-            })
-            .transpose()
-    };
     let level = match settings.get("trace_level").map(|setting| setting.value.as_slice()) {
         None => None,
         Some([]) => Some(None),
@@ -42,10 +27,23 @@ pub fn trace_change(settings: &HashMap<String, SettingValue>) -> Result<Change, 
     };
     Ok(Change {
         level,
-        rate: number("trace_rate", 0, u32::MAX.into())?.map(|v| v.map(|n| n as u32)),
-        count: number("trace_count", -1, i32::MAX.into())?.map(|v| v.map(|n| n as i32)),
-        log_frequency: number("log_frequency", 0, u32::MAX.into())?.map(|v| v.map(|n| n as u32)),
+        rate: number(settings, "trace_rate", 0, u32::MAX)?,
+        count: number(settings, "trace_count", -1, i32::MAX)?,
+        log_frequency: number(settings, "log_frequency", 0, u32::MAX)?,
     })
+}
+
+/// A numeric setting: absent (`None`), cleared by an empty list (`Some(None)`), or its one value in range.
+fn number<T>(settings: &HashMap<String, SettingValue>, key: &str, min: T, max: T) -> Result<Option<Option<T>>, Status>
+where
+    T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
+{
+    match settings.get(key).map(|setting| setting.value.as_slice()) {
+        None => Ok(None),
+        Some([]) => Ok(Some(None)),
+        Some([text]) => Ok(Some(Some(parse_number(key, text, min, max).map_err(Status::invalid_argument)?))),
+        Some(_) => Err(Status::invalid_argument(format!("expect only 1 value for '{key}'"))),
+    }
 }
 
 pub fn response(settings: Settings) -> TraceSettingResponse {

@@ -97,6 +97,15 @@ enum OutputForm {
     SharedMemory(OutputPlace),
 }
 
+/// How an output not in shared memory goes back, by whether the client wants it in binary.
+fn form_of(binary: bool) -> OutputForm {
+    if binary {
+        OutputForm::Binary
+    } else {
+        OutputForm::Json
+    }
+}
+
 /// Decodes the body into a request, and how the client wants each requested output (one form alone applies
 /// to every output).
 fn decode_request(
@@ -135,7 +144,6 @@ fn decode_request(
         )));
     }
     let binary_default = flag(&header.parameters, "binary_data_output")?.unwrap_or(false);
-    let default_form = || if binary_default { OutputForm::Binary } else { OutputForm::Json };
     let mut output_forms = Vec::with_capacity(header.outputs.len());
     let mut requested_outputs = Vec::with_capacity(header.outputs.len());
     let mut class_counts = Vec::new();
@@ -149,10 +157,8 @@ fn decode_request(
             Some(_) if binary == Some(true) => {
                 return Err(Error::invalid("Output can't set both 'shared_memory_region' and 'binary_data'"))
             }
-            Some(place) => OutputForm::SharedMemory(shm.output(&place.region, place.offset, place.byte_size)?),
-            None if binary == Some(true) => OutputForm::Binary,
-            None if binary == Some(false) => OutputForm::Json,
-            None => default_form(),
+            Some(place) => OutputForm::SharedMemory(shm.output(&place)?),
+            None => form_of(binary.unwrap_or(binary_default)),
         };
         output_forms.push(form);
         if let Some(count) = class_count {
@@ -161,7 +167,7 @@ fn decode_request(
         requested_outputs.push(output.name);
     }
     if requested_outputs.is_empty() {
-        output_forms = vec![default_form()];
+        output_forms = vec![form_of(binary_default)];
     }
     let request = InferenceRequest {
         model,
@@ -183,7 +189,7 @@ fn decode_input(input: InputHeader, binary: &mut Bytes, shm: &SharedMemory) -> R
     let count = element_count(&name, &input.shape)?;
     if let Some(place) = shared_memory::reference(&input.parameters)? {
         check_one_source(&name, input.data.is_some(), &input.parameters)?;
-        let data = shm.input(&place.region, place.offset, place.byte_size)?;
+        let data = shm.input(&place)?;
         return Ok(Tensor { name, datatype, shape: input.shape, data });
     }
     let binary_size = match input.parameters.get("binary_data_size") {

@@ -67,14 +67,6 @@ fn answer(settings: crate::error::Result<Settings>) -> Response {
 
 /// What `body` asks to change, or why it cannot.
 fn trace_change(body: &Map<String, Value>) -> Result<Change, String> {
-    let text = |key: &str| -> Result<Option<Option<String>>, String> {
-        match body.get(key) {
-            None => Ok(None),
-            Some(Value::Null) => Ok(Some(None)),
-            Some(Value::String(text)) => Ok(Some(Some(text.clone()))),
-            Some(other) => Err(format!("'{key}' must be a string, got {other}")),
-        }
-    };
     let level = match body.get("trace_level") {
         None => None,
         Some(Value::Null) => Some(None),
@@ -87,14 +79,21 @@ fn trace_change(body: &Map<String, Value>) -> Result<Change, String> {
     };
     Ok(Change {
         level,
-        rate: text("trace_rate")?
-            .map(|v| v.map(|t| parse_number("trace_rate", &t, 0, u32::MAX)).transpose())
-            .transpose()?,
-        count: text("trace_count")?
-            .map(|v| v.map(|t| parse_number("trace_count", &t, -1, i32::MAX)).transpose())
-            .transpose()?,
-        log_frequency: text("log_frequency")?
-            .map(|v| v.map(|t| parse_number("log_frequency", &t, 0, u32::MAX)).transpose())
-            .transpose()?,
+        rate: number(body, "trace_rate", 0, u32::MAX)?,
+        count: number(body, "trace_count", -1, i32::MAX)?,
+        log_frequency: number(body, "log_frequency", 0, u32::MAX)?,
     })
+}
+
+/// A numeric setting: absent (`None`), cleared by `null` (`Some(None)`), or a string holding a value in range.
+fn number<T>(body: &Map<String, Value>, key: &str, min: T, max: T) -> Result<Option<Option<T>>, String>
+where
+    T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
+{
+    match body.get(key) {
+        None => Ok(None),
+        Some(Value::Null) => Ok(Some(None)),
+        Some(Value::String(text)) => Ok(Some(Some(parse_number(key, text, min, max)?))),
+        Some(other) => Err(format!("'{key}' must be a string, got {other}")),
+    }
 }

@@ -150,9 +150,9 @@ impl Tracer {
         writer.entries.extend(trace.entries);
         writer.traces += 1;
         if trace.log_frequency > 0 && writer.traces >= trace.log_frequency {
-            let path = format!("{}.{}", trace.file, writer.index);
+            let index = writer.index;
             writer.index += 1;
-            write_file(&path, writer);
+            write_file(&trace.file, Some(index), writer);
         }
     }
 
@@ -165,11 +165,8 @@ impl Tracer {
         if writer.entries.is_empty() {
             return;
         }
-        let path = match global.log_frequency {
-            0 => global.file,
-            _ => format!("{}.{}", global.file, writer.index),
-        };
-        write_file(&path, writer);
+        let index = (global.log_frequency > 0).then_some(writer.index);
+        write_file(&global.file, index, writer);
     }
 }
 
@@ -183,14 +180,19 @@ impl State {
     }
 }
 
-fn write_file(path: &str, writer: &mut Writer) {
+/// Writes what `writer` gathered to `file`, or to `<file>.<index>` when written every few traces.
+fn write_file(file: &str, index: Option<u32>, writer: &mut Writer) {
     let entries = std::mem::take(&mut writer.entries);
     writer.traces = 0;
-    if path.is_empty() || path.starts_with('.') && path[1..].parse::<u32>().is_ok() {
+    if file.is_empty() {
         tracing::warn!("{} trace records dropped: no trace file (--trace-config triton,file=PATH)", entries.len());
         return;
     }
-    if let Err(e) = std::fs::write(path, Value::Array(entries).to_string()) {
+    let path = match index {
+        Some(index) => format!("{file}.{index}"),
+        None => file.to_string(),
+    };
+    if let Err(e) = std::fs::write(&path, Value::Array(entries).to_string()) {
         tracing::error!("cannot write the trace file {path}: {e}");
     }
 }

@@ -113,19 +113,16 @@ impl Change {
     }
 }
 
-/// Parses one of the numeric settings from its text, with Triton's messages.
-pub fn parse_number<T: std::str::FromStr + std::fmt::Display>(
-    name: &str,
-    text: &str,
-    min: T,
-    max: T,
-) -> Result<T, String> {
+/// Parses one of the numeric settings from its text, in `[min, max]`, with Triton's messages.
+pub fn parse_number<T>(name: &str, text: &str, min: T, max: T) -> Result<T, String>
+where
+    T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
+{
     let value: i128 = text.trim().parse().map_err(|_| format!("Unable to parse '{name}', got: {text}"))?;
-    let (low, high): (i128, i128) = (min.to_string().parse().unwrap_or(0), max.to_string().parse().unwrap_or(0));
-    if value < low || value > high {
+    if value < min.into() || value > max.into() {
         return Err(format!("Unable to parse '{name}', value is out of range [ {min}, {max} ], got: {text}"));
     }
-    value.to_string().parse().map_err(|_| format!("Unable to parse '{name}', got: {text}"))
+    T::try_from(value).map_err(|_| format!("Unable to parse '{name}', got: {text}"))
 }
 
 #[cfg(test)]
