@@ -167,3 +167,18 @@ def test_trace_is_listed_as_an_extension(tmp_path):
     finally:
         assert server.stop() == 0
 
+
+def test_a_change_to_one_model_leaves_the_others_counts(tmp_path):
+    trace_file = tmp_path / "trace.json"
+    server = Server([repo(tmp_path / "repo")], tmp_path, f"--trace-file={trace_file}").wait_live()
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        client.update_trace_settings(model_name="other", settings={"trace_level": ["TIMESTAMPS"], "trace_rate": "1",
+                                                                   "trace_count": "2"})
+        infer(server, "other")
+        client.update_trace_settings(model_name="simple", settings={"trace_rate": "3"})
+        infer(server, "other", count=3)
+        client.close()
+    finally:
+        assert server.stop() == 0
+    assert [r["model_name"] for r in records(trace_file) if "model_name" in r] == ["other", "other"]

@@ -89,8 +89,8 @@ impl Tracer {
         self.state().effective(model)
     }
 
-    /// Applies `change` to `model`'s overrides (the global ones for an empty name); the scope's sampling
-    /// starts again from its new settings. Answers the settings now in force there.
+    /// Applies `change` to `model`'s overrides (the global ones for an empty name). Answers the settings now
+    /// in force there.
     pub fn change(&self, model: &str, change: &Change) -> Settings {
         let mut state = self.state();
         match model {
@@ -103,7 +103,12 @@ impl Tracer {
                 }
             }
         }
-        state.counters.clear();
+        // The scope's sampling starts again from its new settings. A global change reaches every model that
+        // falls back to a global field, so every scope starts again; a model's reaches that model alone.
+        match model {
+            "" => state.counters.clear(),
+            model => drop(state.counters.remove(model)),
+        }
         let on = !state.effective("").level.is_off() || state.models.keys().any(|m| !state.effective(m).level.is_off());
         self.any_on.store(on, Ordering::Relaxed);
         state.effective(model)
