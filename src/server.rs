@@ -17,6 +17,7 @@ use crate::frontends::restricted::{Restrictions, GRPC_HEADER_PREFIX};
 use crate::frontends::{grpc, http, metrics};
 use crate::observability::logging::Log;
 use crate::observability::metrics::Metrics;
+use crate::observability::trace;
 use crate::repository::{Loader, ModelControl, ModelRepository};
 use crate::scheduler::cache::ResponseCache;
 use crate::service::{HttpLimits, Service, ServiceSettings};
@@ -33,11 +34,20 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
     let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
     let complete_configs = options.complete_configs();
-    let trace_settings = options.trace_settings().map_err(anyhow::Error::msg)?;
-    if !trace_settings.level.is_off() && trace_settings.file.is_empty() {
-        tracing::warn!("tracing is on but no trace file is set (--trace-config triton,file=PATH): traces are dropped");
+    let (mut trace_settings, exporter) = options.trace_settings().map_err(anyhow::Error::msg)?;
+    match trace_settings.mode {
+        trace::Mode::Triton if !trace_settings.level.is_off() && trace_settings.file.is_empty() => tracing::warn!(
+            "tracing is on but no trace file is set (--trace-config triton,file=PATH): traces are dropped"
+        ),
+        trace::Mode::OpenTelemetry if !trace_settings.file.is_empty() || trace_settings.log_frequency != 0 => {
+            // As tritonserver: the file settings mean nothing when spans are exported.
+            tracing::warn!("the trace file and log frequency are ignored in the opentelemetry trace mode");
+            trace_settings.file.clear();
+            trace_settings.log_frequency = 0;
+        }
+        _ => {}
     }
-    crate::observability::trace::start(trace_settings);
+    trace::start(trace_settings, exporter, tokio::runtime::Handle::current()).map_err(anyhow::Error::msg)?;
     let cache = options.response_cache_size().map_err(anyhow::Error::msg)?.map(|bytes| {
         tracing::info!("response cache: local, {bytes} bytes");
         Arc::new(ResponseCache::new(bytes))
@@ -137,7 +147,7 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
             "exit timeout of {exit_timeout:?} reached (--exit-timeout-secs) with connections or requests still open; exiting"
         ),
     }
-    crate::observability::trace::tracer().flush();
+    trace::tracer().flush();
     Ok(())
 }
 

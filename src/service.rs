@@ -152,6 +152,11 @@ impl Service {
         Ok(settings)
     }
 
+    /// The OpenTelemetry exporter's settings, for the trace extension to list (none in the triton mode).
+    pub fn trace_exporter_options(&self) -> Vec<(&'static str, String)> {
+        trace::tracer().exporter_options()
+    }
+
     fn check_trace_scope(&self, model: &str) -> Result<()> {
         match model.is_empty() || self.model_ready(model, "").is_ok() {
             true => Ok(()),

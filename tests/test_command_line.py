@@ -103,7 +103,7 @@ def test_tritonservers_flags_start_the_server_and_say_what_they_change(tmp_path)
     ("--grpc-use-ssl=true", "does not terminate TLS"),
     ("--allow-vertex-ai=1", "no Vertex AI endpoint"),
     ("--model-namespacing=true", "does not namespace models"),
-    ("--trace-config=opentelemetry,url=localhost:4318", "does not export OpenTelemetry traces yet"),
+    ("--trace-config=mode=zipkin", "the mode is 'triton' or 'opentelemetry'"),
     ("--log-format=syslog", "invalid argument for --log-format"),
 ])
 def test_a_flag_whose_absence_would_surprise_is_refused_with_the_reason(tmp_path, flag, says):

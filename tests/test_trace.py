@@ -1,7 +1,7 @@
 """The trace extension in Triton's `triton` mode: settings over HTTP and gRPC (global and per model, set
 and cleared, Triton's messages), tritonserver's trace flags, sampling by rate and count, and the trace file
-with Triton's JSON records (timestamps in order, tensors at the TENSORS level), written every
-`log_frequency` traces or at shutdown."""
+with Triton's JSON records (the frontend's and the server's timestamps in order, tensors at the TENSORS
+level, an ensemble's steps as its children), written every `log_frequency` traces or at shutdown."""
 
 import json
 import subprocess
@@ -18,7 +18,12 @@ from conftest import BINARY, ROOT, Server, add_model, add_sub_inputs, wait_for
 
 DEFAULTS = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0", "trace_file": "",
             "trace_mode": "triton"}
-STEPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_END", "REQUEST_END"]
+SERVER_STEPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
+                "COMPUTE_END", "REQUEST_END"]
+HTTP_STEPS = ["HTTP_RECV_START", "HTTP_RECV_END", *SERVER_STEPS, "INFER_RESPONSE_COMPLETE", "HTTP_SEND_START",
+              "HTTP_SEND_END"]
+GRPC_STEPS = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", *SERVER_STEPS, "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START",
+              "GRPC_SEND_END"]
 
 
 def repo(root):
@@ -38,6 +43,12 @@ def infer(server, model="simple", count=1, **kwargs):
 
 def records(path):
     return json.loads(path.read_text())
+
+
+def timestamps(written, trace_id):
+    """A trace's timestamps as (name, ns), in the order recorded."""
+    return [(r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in written
+            if r["id"] == trace_id and "timestamps" in r]
 
 
 def test_settings_start_as_tritons_defaults_and_change_per_scope(tmp_path):
@@ -113,8 +124,8 @@ def test_the_trace_file_has_tritons_records_at_shutdown(tmp_path):
     assert len(openings) == 3, "every second request of six"
     assert all(r["model_name"] == "simple" and r["model_version"] == 1 and r["request_id"] == "traced" for r in openings)
     first = openings[0]["id"]
-    steps = [(r["timestamps"][0]["name"], r["timestamps"][0]["ns"]) for r in written if r["id"] == first and "timestamps" in r]
-    assert [name for name, _ in steps] == STEPS, steps
+    steps = timestamps(written, first)
+    assert [name for name, _ in steps] == HTTP_STEPS, steps
     assert [ns for _, ns in steps] == sorted(ns for _, ns in steps), "timestamps never go back"
     tensors = {r["tensor"]["name"]: (r["activity"], r["tensor"]) for r in written if r["id"] == first and "tensor" in r}
     assert tensors["INPUT0"] == ("TENSOR_QUEUE_INPUT", {"name": "INPUT0", "data": ",".join(map(str, range(16))),
@@ -142,9 +153,41 @@ def test_count_and_log_frequency_and_model_scopes(tmp_path):
     assert sum("model_name" in r for r in first) == 2 and sum("model_name" in r for r in second) == 1
 
 
+def test_grpc_requests_and_ensemble_steps_are_traced(tmp_path):
+    from test_ensembles import CHAIN
+    trace_file = tmp_path / "trace.json"
+    root = repo(tmp_path / "repo")
+    add_model(root, "chain", CHAIN)
+    server = Server([root], tmp_path, "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1",
+                    f"--trace-config=triton,file={trace_file}").wait_live()
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        client.infer("simple", add_sub_inputs(grpcclient, data), request_id="plain")
+        client.infer("chain", add_sub_inputs(grpcclient, data), request_id="chained")
+        client.close()
+    finally:
+        assert server.stop() == 0
+    written = records(trace_file)
+    openings = {(r["model_name"], r.get("parent_id")): r for r in written if "model_name" in r}
+    plain = next(r for r in openings.values() if r["request_id"] == "plain")
+    steps = timestamps(written, plain["id"])
+    assert [name for name, _ in steps] == GRPC_STEPS and [ns for _, ns in steps] == sorted(ns for _, ns in steps)
+    chain = openings[("chain", None)]
+    children = [r for r in written if r.get("parent_id") == chain["id"]]
+    assert [(r["model_name"], r["request_id"]) for r in children] == [("simple", "chained")] * 2, written
+    assert [name for name, _ in timestamps(written, children[0]["id"])] == SERVER_STEPS
+    ensemble_steps = [name for name, _ in timestamps(written, chain["id"])]
+    assert ensemble_steps == ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START", "REQUEST_END",
+                              "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START", "GRPC_SEND_END"], "an ensemble computes nothing itself"
+
+
 @pytest.mark.parametrize("flag, says", [
-    ("--trace-config=opentelemetry,url=localhost:4318", "does not export OpenTelemetry traces yet"),
-    ("--trace-config=mode=opentelemetry", "triton mode only"),
+    ("--trace-config=opentelemetry,resource=service.name", "expected resource=<key>=<value>"),
+    ("--trace-config=mode=zipkin", "the mode is 'triton' or 'opentelemetry'"),
+    ("--trace-config=zipkin,url=x", "the mode is 'triton' or 'opentelemetry'"),
+    ("--trace-config=opentelemetry,bsp_max_queue_size=0", "out of range"),
+    ("--trace-config=opentelemetry,file=x", "unknown trace setting"),
     ("--trace-config=rate=fast", "Unable to parse 'rate'"),
     ("--trace-level=OFF", None),
 ])

@@ -309,9 +309,9 @@ impl Options {
         Ok(size.filter(|&bytes| bytes > 0))
     }
 
-    /// The trace settings the flags ask for (deprecated spellings first, `--trace-config` over them).
-    /// Refuses the `opentelemetry` mode, which Tessera does not export yet.
-    pub fn trace_settings(&self) -> Result<trace::Settings, String> {
+    /// The trace settings the flags ask for (deprecated spellings first, `--trace-config` over them), and the
+    /// OpenTelemetry exporter's.
+    pub fn trace_settings(&self) -> Result<(trace::Settings, trace::Exporter), String> {
         let mut given: Vec<(String, String, String)> = Vec::new();
         let deprecated = [
             ("triton", "file", &self.trace_file),
@@ -336,6 +336,7 @@ impl Options {
             given.push((mode.into(), key.into(), value.into()));
         }
         let mut settings = trace::Settings::default();
+        let mut exporter = trace::Exporter::default();
         let mut levels = Vec::new();
         for (mode, key, value) in &given {
             let refuse = |why: &str| {
@@ -344,30 +345,40 @@ impl Options {
                     if mode.is_empty() { String::new() } else { format!("{mode},") }
                 )
             };
+            let number = |min, max| trace::settings::parse_number(key, value, min, max).map_err(|e| refuse(&e));
             match (mode.as_str(), key.as_str()) {
-                ("opentelemetry", _) => {
-                    return Err(refuse("Tessera does not export OpenTelemetry traces yet; use the triton mode"))
+                ("", "mode") => {
+                    settings.mode = match value.as_str() {
+                        "triton" => trace::Mode::Triton,
+                        "opentelemetry" => trace::Mode::OpenTelemetry,
+                        _ => return Err(refuse("the mode is 'triton' or 'opentelemetry'")),
+                    }
                 }
-                ("" | "triton", "mode") if value == "triton" => {}
-                ("" | "triton", "mode") => return Err(refuse("Tessera writes traces in the triton mode only")),
                 ("" | "triton", "level") => levels.push(value.clone()),
-                ("" | "triton", "rate") => {
-                    settings.rate = trace::settings::parse_number("rate", value, 0, u32::MAX).map_err(|e| refuse(&e))?
-                }
+                ("" | "triton", "rate") => settings.rate = number(0, u32::MAX)?,
                 ("" | "triton", "count") => {
-                    settings.count =
-                        trace::settings::parse_number("count", value, -1, i32::MAX).map_err(|e| refuse(&e))?
+                    settings.count = trace::settings::parse_number(key, value, -1, i32::MAX).map_err(|e| refuse(&e))?
                 }
                 ("triton", "file") => settings.file = value.clone(),
-                ("triton", "log-frequency") => {
-                    settings.log_frequency =
-                        trace::settings::parse_number("log-frequency", value, 0, u32::MAX).map_err(|e| refuse(&e))?
+                ("triton", "log-frequency") => settings.log_frequency = number(0, u32::MAX)?,
+                ("opentelemetry", "url") => exporter.url = value.clone(),
+                ("opentelemetry", "resource") => {
+                    let (name, text) =
+                        value.split_once('=').ok_or_else(|| refuse("expected resource=<key>=<value>"))?;
+                    exporter.resource.push((name.to_string(), text.to_string()));
                 }
-                _ => return Err(refuse("unknown trace setting")),
+                ("opentelemetry", "bsp_max_queue_size") => exporter.bsp_max_queue_size = Some(number(1, u32::MAX)?),
+                ("opentelemetry", "bsp_schedule_delay") => exporter.bsp_schedule_delay = Some(number(0, u32::MAX)?),
+                ("opentelemetry", "bsp_max_export_batch_size") => {
+                    exporter.bsp_max_export_batch_size = Some(number(1, u32::MAX)?)
+                }
+                ("" | "triton" | "opentelemetry", _) => return Err(refuse("unknown trace setting")),
+                _ => return Err(refuse("the mode is 'triton' or 'opentelemetry'")),
             }
         }
         settings.level = trace::Level::from_names(levels.iter().map(String::as_str))?;
-        Ok(settings)
+        exporter.check().map_err(|e| format!("--trace-config opentelemetry: {e}"))?;
+        Ok((settings, exporter))
     }
 
     /// Whether configs are completed from the models (neither flag that turns it off was given).

@@ -7,3 +7,4 @@ pub mod grpc;
 pub mod http;
 pub(crate) mod metrics;
 pub mod restricted;
+pub(crate) mod traced;

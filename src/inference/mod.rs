@@ -15,6 +15,7 @@ pub use signature::Signature;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
+use crate::observability::trace::Trace;
 use crate::tensor::Tensor;
 
 /// A request parameter (KServe allows bool, integer, floating point and string values).
@@ -40,6 +41,8 @@ pub struct InferenceRequest {
     pub parameters: Vec<(String, Parameter)>,
     /// Where a decoupled model sends this request's responses; set by the scheduler, `None` for other models.
     pub responder: Option<Responder>,
+    /// The request's trace, when a frontend sampled it (or its ensemble's was).
+    pub trace: Option<Trace>,
 }
 
 /// What a request asks of the scheduler through its parameters: Triton's `priority` (0 means the model's

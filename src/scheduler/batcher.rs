@@ -60,6 +60,8 @@ impl Policy {
 pub struct Answer {
     pub result: Result<Vec<Tensor>>,
     pub queue: Duration,
+    /// Where the batch's execution time went, when an instance executed it.
+    pub compute: Option<Timing>,
 }
 
 struct Pending {
@@ -81,19 +83,19 @@ struct Turn {
 
 impl Pending {
     /// Answers the request, after its predecessor when the order is preserved.
-    async fn answer(self, result: Result<Vec<Tensor>>, queue: Duration) {
+    async fn answer(self, result: Result<Vec<Tensor>>, queue: Duration, compute: Option<Timing>) {
         let mut turn = self.turn;
         if let Some(previous) = turn.as_mut().and_then(|t| t.previous.as_mut()) {
             // Both outcomes mean the predecessor has answered: its signal is only ever dropped, never sent.
             let _ = previous.await;
         }
-        let _ = self.reply.send(Answer { result, queue });
+        let _ = self.reply.send(Answer { result, queue, compute });
         drop(turn);
     }
 
     fn reject(self, error: Error) {
         let queue = self.arrived.elapsed();
-        let _ = self.reply.send(Answer { result: Err(error), queue });
+        let _ = self.reply.send(Answer { result: Err(error), queue, compute: None });
     }
 }
 
@@ -118,6 +120,7 @@ impl Batcher {
         let gone = || Answer {
             result: Err(Error::Unavailable("the model is being unloaded".into())),
             queue: arrived.elapsed(),
+            compute: None,
         };
         if self.queue.send(Pending { request, rows, arrived, wishes, reply, turn: None }).is_err() {
             return gone();
@@ -332,12 +335,13 @@ async fn execute(pool: Arc<InstancePool>, stats: Arc<Stats>, reservation: Reserv
         Ok(outputs) => split(outputs, &rows),
         Err(e) => rows.iter().map(|_| Err(e.clone())).collect(),
     };
-    if let Some(timing) = execution.timing {
-        stats.executed(total, &Timing { compute_output: split_started.elapsed(), ..timing });
+    let compute = execution.timing.map(|timing| Timing { compute_output: split_started.elapsed(), ..timing });
+    if let Some(timing) = &compute {
+        stats.executed(total, timing);
     }
     for (pending, result) in batch.into_iter().zip(results) {
         let queue = dispatched.duration_since(pending.arrived);
-        pending.answer(result, queue).await;
+        pending.answer(result, queue, compute).await;
     }
 }
 

@@ -22,6 +22,7 @@ use crate::backends::Peers;
 use crate::error::{Error, Result};
 use crate::inference::{InferenceRequest, Responder, Streamed};
 use crate::model_config::{ensemble, ModelConfig};
+use crate::observability::trace::Trace;
 use crate::tensor::Tensor;
 
 /// One step: a composing model and how its inputs and outputs map to ensemble tensors.
@@ -231,6 +232,7 @@ impl Ensemble {
             class_counts: Vec::new(),
             parameters: request.parameters.clone(),
             responder: None,
+            trace: request.trace.as_ref().map(Trace::child),
         }
     }
 

@@ -120,28 +120,23 @@ impl Scheduler {
         }
         let arrived = Instant::now();
         self.stats.started();
-        let mut trace = trace::tracer().sample(&self.name, self.version, &request.id);
-        if let Some(trace) = &mut trace {
-            trace.timestamp("REQUEST_START", arrived);
+        let trace = request.trace.clone();
+        if let Some(trace) = &trace {
+            trace.start(&self.name, self.version, &request.id, arrived);
             trace.timestamp("QUEUE_START", arrived);
             trace.tensors("TENSOR_QUEUE_INPUT", &request.inputs);
         }
-        let (result, queue) = match &self.cache {
+        let outcome = match &self.cache {
             Some(cache) => self.run_cached(cache, request, arrived).await,
             None => self.run(request).await,
         };
         let computed = Instant::now();
-        self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
-        if let Some(mut trace) = trace {
-            trace.timestamp("COMPUTE_START", arrived + queue);
-            if let Ok(response) = &result {
-                trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
-            }
-            trace.timestamp("COMPUTE_END", computed);
+        self.stats.finished(outcome.result.is_ok(), arrived.elapsed(), outcome.queue);
+        if let Some(trace) = trace {
+            record_compute(&trace, &outcome, arrived, computed);
             trace.timestamp("REQUEST_END", Instant::now());
-            trace::tracer().finish(trace);
         }
-        result
+        outcome.result
     }
 
     /// Answers from `cache` when it holds the answer (a hit spends no time queued), else runs the request
@@ -151,21 +146,21 @@ impl Scheduler {
         cache: &ResponseCache,
         request: InferenceRequest,
         arrived: Instant,
-    ) -> (Result<InferenceResponse>, Duration) {
+    ) -> Outcome<InferenceResponse> {
         let key = cache::key(&self.name, self.version, &request);
         if let Some(mut answer) = cache.get(&key) {
             answer.id = request.id;
             self.stats.cache_hit(arrived.elapsed());
-            return (Ok(answer), Duration::ZERO);
+            return Outcome::unexecuted(Ok(answer), Duration::ZERO);
         }
         let lookup = arrived.elapsed();
-        let (result, queue) = self.run(request).await;
-        if let Ok(answer) = &result {
+        let outcome = self.run(request).await;
+        if let Ok(answer) = &outcome.result {
             let storing = Instant::now();
             cache.insert(key, answer);
             self.stats.cache_miss(lookup + storing.elapsed());
         }
-        (result, queue)
+        outcome
     }
 
     /// Whether requests run in the order they reach the scheduler (the sequence batcher's).
@@ -190,28 +185,24 @@ impl Scheduler {
         }
     }
 
-    /// Checks, queues and executes one request; also returns its time in the queue.
-    async fn run(&self, mut request: InferenceRequest) -> (Result<InferenceResponse>, Duration) {
+    /// Checks, queues and executes one request; also returns its time in the queue and its execution's.
+    async fn run(&self, mut request: InferenceRequest) -> Outcome<InferenceResponse> {
         if let Err(e) = self.signature.check_request(&request) {
-            return (Err(e), Duration::ZERO);
+            return Outcome::unexecuted(Err(e), Duration::ZERO);
         }
         let wishes = match request.scheduling_wishes() {
             Ok(wishes) => wishes,
-            Err(e) => return (Err(e), Duration::ZERO),
+            Err(e) => return Outcome::unexecuted(Err(e), Duration::ZERO),
         };
         let id = request.id.clone();
         let requested = request.requested_outputs.clone();
         let class_counts = std::mem::take(&mut request.class_counts);
         let batch_size = self.batch_size(&request);
-        let (result, queue) = match &self.strategy {
+        let Outcome { result, queue, compute } = match &self.strategy {
             Strategy::Dynamic(batcher, _) => {
-                let answer = batcher.submit(request, batch_size, wishes).await;
-                (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
+                self.selected(batcher.submit(request, batch_size, wishes).await, &requested)
             }
-            Strategy::Sequence(sequencer, _) => {
-                let answer = sequencer.submit(request, batch_size).await;
-                (answer.result.and_then(|produced| self.signature.select_outputs(&requested, produced)), answer.queue)
-            }
+            Strategy::Sequence(sequencer, _) => self.selected(sequencer.submit(request, batch_size).await, &requested),
             Strategy::Direct(pool) => self.execute_alone(pool, request, &requested, batch_size).await,
             Strategy::Ensemble(ensemble) => self.run_ensemble(ensemble, request, &requested, batch_size).await,
         };
@@ -226,9 +217,15 @@ impl Scheduler {
                 )
             }),
         };
-        let response =
+        let result =
             result.map(|outputs| InferenceResponse { model: self.name.clone(), version: self.version, id, outputs });
-        (response, queue)
+        Outcome { result, queue, compute }
+    }
+
+    /// A batcher's answer with the request's requested outputs selected.
+    fn selected(&self, answer: batcher::Answer, requested: &[String]) -> Outcome<Vec<Tensor>> {
+        let result = answer.result.and_then(|produced| self.signature.select_outputs(requested, produced));
+        Outcome { result, queue: answer.queue, compute: answer.compute }
     }
 
     /// Runs one request on its own and selects its outputs, recording the execution with the selection
@@ -239,27 +236,27 @@ impl Scheduler {
         request: InferenceRequest,
         requested: &[String],
         batch_size: u64,
-    ) -> (Result<Vec<Tensor>>, Duration) {
+    ) -> Outcome<Vec<Tensor>> {
         let execution = pool.execute(request).await;
         let output_started = Instant::now();
         let result = execution.result.and_then(|produced| self.signature.select_outputs(requested, produced));
-        if let Some(mut timing) = execution.timing {
-            timing.compute_output = output_started.elapsed();
-            self.stats.executed(batch_size, &timing);
+        let compute = execution.timing.map(|timing| Timing { compute_output: output_started.elapsed(), ..timing });
+        if let Some(timing) = &compute {
+            self.stats.executed(batch_size, timing);
         }
-        (result, execution.queue)
+        Outcome { result, queue: execution.queue, compute }
     }
 
     /// Runs an ensemble request's steps and selects its outputs. As in Triton, a successful ensemble request
     /// counts as one execution of its batch size; its compute time is the whole run (the steps' own time is
-    /// in their models' statistics).
+    /// in their models' statistics). Its trace has no compute of its own: the steps' traces do.
     async fn run_ensemble(
         &self,
         ensemble: &Ensemble,
         request: InferenceRequest,
         requested: &[String],
         batch_size: u64,
-    ) -> (Result<Vec<Tensor>>, Duration) {
+    ) -> Outcome<Vec<Tensor>> {
         let started = Instant::now();
         let wanted = self.signature.output_names(requested);
         let result = ensemble.run(request, &wanted).await;
@@ -273,7 +270,7 @@ impl Scheduler {
             };
             self.stats.executed(batch_size, &timing);
         }
-        (result, Duration::ZERO)
+        Outcome::unexecuted(result, Duration::ZERO)
     }
 
     /// How many inferences a request carries: its batch dimension when the model batches, else one.
@@ -282,5 +279,38 @@ impl Scheduler {
             (true, Some(input)) => input.shape.first().copied().unwrap_or(1).max(1) as u64,
             _ => 1,
         }
+    }
+}
+
+/// What running a request came to: its answer, its time queued and, when an instance executed it, where
+/// the execution's time went.
+struct Outcome<T> {
+    result: Result<T>,
+    queue: Duration,
+    compute: Option<Timing>,
+}
+
+impl<T> Outcome<T> {
+    /// An answer no instance executed (refused, answered from the cache, or an ensemble's).
+    fn unexecuted(result: Result<T>, queue: Duration) -> Self {
+        Outcome { result, queue, compute: None }
+    }
+}
+
+/// Records a request's execution in its trace: the compute timestamps when an instance executed it
+/// (`compute` ends at `computed`), and its outputs.
+fn record_compute(trace: &trace::Trace, outcome: &Outcome<InferenceResponse>, arrived: Instant, computed: Instant) {
+    if let Some(timing) = &outcome.compute {
+        let started = arrived + outcome.queue;
+        let input_end = started + timing.compute_input;
+        trace.timestamp("COMPUTE_START", started);
+        trace.timestamp("COMPUTE_INPUT_END", input_end.min(computed));
+        trace.timestamp("COMPUTE_OUTPUT_START", (input_end + timing.compute_infer).min(computed));
+    }
+    if let Ok(response) = &outcome.result {
+        trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
+    }
+    if outcome.compute.is_some() {
+        trace.timestamp("COMPUTE_END", computed);
     }
 }

@@ -67,6 +67,7 @@ pub fn request_from_wit(
         class_counts: Vec::new(),
         parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
         responder: None,
+        trace: None,
     })
 }
 

@@ -73,6 +73,7 @@ pub fn request_from_proto(
         class_counts,
         parameters: parameters_from_proto(request.parameters)?,
         responder: None,
+        trace: None,
     };
     Ok((request, places))
 }

@@ -24,8 +24,10 @@ use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::restricted::{self, Restrictions};
+use super::traced::{self, Arrived, Wire};
 use crate::executor::connections::{self, ConnectionLimits};
 use crate::executor::InlineFirst;
+use crate::observability::trace::tracer;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
 use crate::proto::inference::*;
 use crate::service::{Service, TensorMetadata};
@@ -56,6 +58,7 @@ pub async fn serve(
             .into_axum_router()
             .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
+    let router = router.layer(traced::layer());
     let service = TowerToHyperService::new(router);
     let mut builder = http2::Builder::new(InlineFirst);
     builder
@@ -142,9 +145,22 @@ impl GrpcInferenceService for GrpcService {
     }
 
     async fn model_infer(&self, request: Request<ModelInferRequest>) -> Rpc<ModelInferResponse> {
-        let (request, places) = convert::request_from_proto(request.into_inner(), self.service.shared_memory())?;
-        let response = self.service.infer_unary(request, "ModelInfer RPC").await?;
-        Ok(Response::new(convert::response_to_proto(response, &places)?))
+        let (trace, message) = match tracer().is_on() {
+            true => {
+                let arrived = request.extensions().get::<Arrived>().copied();
+                let headers = request.metadata().as_ref().clone();
+                let message = request.into_inner();
+                (traced::sample(&message.model_name, &headers, arrived, Wire::Grpc), message)
+            }
+            false => (None, request.into_inner()),
+        };
+        let (mut request, places) = convert::request_from_proto(message, self.service.shared_memory())?;
+        request.trace = trace.clone();
+        let response = self.service.infer_unary(request, "ModelInfer RPC").await;
+        traced::answered(&trace);
+        let mut response = Response::new(convert::response_to_proto(response?, &places)?);
+        traced::send_with(trace, Wire::Grpc, response.extensions_mut());
+        Ok(response)
     }
 
     type ModelStreamInferStream =
@@ -245,7 +261,7 @@ impl GrpcInferenceService for GrpcService {
                 self.service.change_trace_settings(&request.model_name, &trace::trace_change(&request.settings)?)?
             }
         };
-        Ok(Response::new(trace::response(settings)))
+        Ok(Response::new(trace::response(settings, self.service.trace_exporter_options())))
     }
 
     async fn log_settings(&self, request: Request<LogSettingsRequest>) -> Rpc<LogSettingsResponse> {

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use tonic::Status;
 
 use crate::observability::trace::settings::parse_number;
-use crate::observability::trace::{Change, Level, Settings};
+use crate::observability::trace::{Change, Level, Mode, Settings};
 use crate::proto::inference::trace_setting_request::SettingValue;
 use crate::proto::inference::trace_setting_response::SettingValue as Answer;
 use crate::proto::inference::TraceSettingResponse;
@@ -46,16 +46,24 @@ where
     }
 }
 
-pub fn response(settings: Settings) -> TraceSettingResponse {
+/// The settings as Triton lists them: the file's in the triton mode, the exporter's (`exporter`) in the
+/// opentelemetry mode.
+pub fn response(settings: Settings, exporter: Vec<(&'static str, String)>) -> TraceSettingResponse {
     let entry = |key: &str, values: Vec<String>| (key.to_string(), Answer { value: values });
-    TraceSettingResponse {
-        settings: HashMap::from([
-            entry("trace_level", settings.level.names().into_iter().map(String::from).collect()),
-            entry("trace_rate", vec![settings.rate.to_string()]),
-            entry("trace_count", vec![settings.count.to_string()]),
+    let mut answer = HashMap::from([
+        entry("trace_level", settings.level.names().into_iter().map(String::from).collect()),
+        entry("trace_rate", vec![settings.rate.to_string()]),
+        entry("trace_count", vec![settings.count.to_string()]),
+        entry("trace_mode", vec![settings.mode.name().into()]),
+    ]);
+    if settings.mode == Mode::Triton {
+        answer.extend([
             entry("log_frequency", vec![settings.log_frequency.to_string()]),
             entry("trace_file", vec![settings.file]),
-            entry("trace_mode", vec!["triton".into()]),
-        ]),
+        ]);
     }
+    for (key, value) in exporter {
+        answer.entry(key.to_string()).or_insert_with(|| Answer { value: Vec::new() }).value.push(value);
+    }
+    TraceSettingResponse { settings: answer }
 }

@@ -12,6 +12,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -21,6 +22,7 @@ use super::decoded_body;
 use super::json_data::{self, JsonData};
 use super::shared_memory;
 use crate::error::{Error, Result};
+use crate::frontends::traced::{self, Arrived, Wire};
 use crate::inference::{InferenceRequest, InferenceResponse, Parameter};
 use crate::service::Service;
 use crate::shared_memory::{OutputPlace, SharedMemory};
@@ -32,33 +34,46 @@ const HEADER_LENGTH: &str = "inference-header-content-length";
 /// copied into one.
 const CHAIN_FROM: usize = 64 * 1024;
 
-pub async fn infer(ctx: State<Arc<Service>>, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(ctx, model, String::new(), headers, body).await
+pub async fn infer(
+    ctx: State<Arc<Service>>,
+    Path(model): Path<String>,
+    arrived: Option<Extension<Arrived>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, String::new(), arrived, headers, body).await
 }
 
 pub async fn infer_version(
     ctx: State<Arc<Service>>,
     Path((model, version)): Path<(String, String)>,
+    arrived: Option<Extension<Arrived>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(ctx, model, version, headers, body).await
+    handle(ctx, model, version, arrived, headers, body).await
 }
 
 async fn handle(
     State(ctx): State<Arc<Service>>,
     model: String,
     version: String,
+    arrived: Option<Extension<Arrived>>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let trace = traced::sample(&model, &headers, arrived.map(|Extension(arrived)| arrived), Wire::Http);
     let result = async {
         let body = decoded_body(&headers, body, ctx.http_limits().max_input_size)?;
-        let (request, output_forms) = decode_request(model, version, &headers, body, ctx.shared_memory())?;
-        let response = ctx.infer_unary(request, "HTTP end point").await?;
-        encode_response(&response, &output_forms)
+        let (mut request, output_forms) = decode_request(model, version, &headers, body, ctx.shared_memory())?;
+        request.trace = trace.clone();
+        let response = ctx.infer_unary(request, "HTTP end point").await;
+        traced::answered(&trace);
+        encode_response(&response?, &output_forms)
     };
-    result.await.unwrap_or_else(IntoResponse::into_response)
+    let mut response = result.await.unwrap_or_else(IntoResponse::into_response);
+    traced::send_with(trace, Wire::Http, response.extensions_mut());
+    response
 }
 
 #[derive(Deserialize)]
@@ -178,6 +193,7 @@ fn decode_request(
         class_counts,
         parameters: parameters(header.parameters)?,
         responder: None,
+        trace: None,
     };
     Ok((request, output_forms))
 }

@@ -14,7 +14,7 @@ mod trace;
 use std::future::Future;
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Request, State};
@@ -29,6 +29,7 @@ use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
 use super::restricted::{self, Restrictions};
+use super::traced::{self, Arrived};
 use crate::error::Error;
 use crate::executor::connections::{self, ConnectionLimits};
 use crate::service::Service;
@@ -79,7 +80,7 @@ pub fn router(service: Arc<Service>, restrictions: Restrictions) -> Router {
         true => router,
         false => router.layer(middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
-    router.layer(DefaultBodyLimit::max(max_body)).with_state(service)
+    router.layer(DefaultBodyLimit::max(max_body)).layer(traced::layer()).with_state(service)
 }
 
 /// Answers 403 to a request of a restricted category without its header (Triton's message), before its
@@ -115,7 +116,13 @@ async fn read_body_in_time(State(limits): State<BodyLimits>, request: Request, n
         std::task::Poll::Pending => tokio::time::timeout(limits.timeout, read).await,
     };
     match read {
-        Ok(Ok(bytes)) => next.run(Request::from_parts(parts, Body::from(bytes))).await,
+        Ok(Ok(bytes)) => {
+            let mut parts = parts;
+            if let Some(arrived) = parts.extensions.get_mut::<Arrived>() {
+                arrived.body = Some(Instant::now());
+            }
+            next.run(Request::from_parts(parts, Body::from(bytes))).await
+        }
         Ok(Err(e)) if is_too_large(&e) => error_body(
             StatusCode::PAYLOAD_TOO_LARGE,
             &format!("the request body is larger than the limit of {} bytes (--http-max-input-size)", limits.max),

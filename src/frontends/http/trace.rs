@@ -15,13 +15,13 @@ use serde_json::{Map, Value};
 use super::{body_object, error_body};
 use crate::error::Error;
 use crate::observability::trace::settings::parse_number;
-use crate::observability::trace::{Change, Level, Settings};
+use crate::observability::trace::{Change, Level, Mode, Settings};
 use crate::service::{Service, TRACE_FILE_FIXED};
 
 type Ctx = State<Arc<Service>>;
 
 pub async fn global(State(ctx): Ctx) -> Response {
-    answer(ctx.trace_settings(""))
+    answer(&ctx, ctx.trace_settings(""))
 }
 
 pub async fn change_global(State(ctx): Ctx, body: Bytes) -> Response {
@@ -29,7 +29,7 @@ pub async fn change_global(State(ctx): Ctx, body: Bytes) -> Response {
 }
 
 pub async fn model(State(ctx): Ctx, Path(model): Path<String>) -> Response {
-    answer(ctx.trace_settings(&model))
+    answer(&ctx, ctx.trace_settings(&model))
 }
 
 pub async fn change_model(State(ctx): Ctx, Path(model): Path<String>, body: Bytes) -> Response {
@@ -45,24 +45,38 @@ fn change(ctx: &Service, model: &str, body: &[u8]) -> Response {
         return error_body(StatusCode::NOT_IMPLEMENTED, TRACE_FILE_FIXED);
     }
     match trace_change(&body) {
-        Ok(change) => answer(ctx.change_trace_settings(model, &change)),
+        Ok(change) => answer(ctx, ctx.change_trace_settings(model, &change)),
         Err(message) => Error::invalid(message).into_response(),
     }
 }
 
-fn answer(settings: crate::error::Result<Settings>) -> Response {
-    match settings {
-        Ok(settings) => Json(serde_json::json!({
-            "trace_level": settings.level.names(),
-            "trace_rate": settings.rate.to_string(),
-            "trace_count": settings.count.to_string(),
-            "log_frequency": settings.log_frequency.to_string(),
-            "trace_file": settings.file,
-            "trace_mode": "triton",
-        }))
-        .into_response(),
-        Err(e) => e.into_response(),
+/// The settings as Triton lists them: the file's in the triton mode, the exporter's in the opentelemetry
+/// mode (each a string, the resource attributes a list).
+fn answer(ctx: &Service, settings: crate::error::Result<Settings>) -> Response {
+    let settings = match settings {
+        Ok(settings) => settings,
+        Err(e) => return e.into_response(),
+    };
+    let mut answer = serde_json::json!({
+        "trace_level": settings.level.names(),
+        "trace_rate": settings.rate.to_string(),
+        "trace_count": settings.count.to_string(),
+        "trace_mode": settings.mode.name(),
+    });
+    if settings.mode == Mode::Triton {
+        answer["log_frequency"] = settings.log_frequency.to_string().into();
+        answer["trace_file"] = settings.file.into();
     }
+    let exporter = ctx.trace_exporter_options();
+    let resources: Vec<&str> =
+        exporter.iter().filter(|(key, _)| *key == "resource").map(|(_, value)| value.as_str()).collect();
+    if !resources.is_empty() {
+        answer["resource"] = resources.into();
+    }
+    for (key, value) in exporter.iter().filter(|(key, _)| *key != "resource") {
+        answer[*key] = value.clone().into();
+    }
+    Json(answer).into_response()
 }
 
 /// What `body` asks to change, or why it cannot.

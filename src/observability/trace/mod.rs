@@ -1,40 +1,54 @@
-//! Triton's trace extension in its `triton` mode: requests sampled by the trace settings (`settings`) record
-//! when they reached the scheduler, were queued, started and ended computing, and ended
-//! (`REQUEST_START`, `QUEUE_START`, `COMPUTE_START`, `COMPUTE_END`, `REQUEST_END`, in nanoseconds of a
-//! monotonic clock), and at the TENSORS level their input and output tensors; the traces are written as
-//! Triton's trace JSON to the trace file, every `log_frequency` traces (to `<file>.<n>`) or at shutdown
-//! (to `<file>`).
+//! Triton's trace extension: requests sampled by the trace settings (`settings`) record when they were
+//! received and answered by a frontend (`HTTP_RECV_START` … `HTTP_SEND_END`, `GRPC_WAITREAD_START` …
+//! `GRPC_SEND_END`), reached the scheduler, were queued, computed and ended (`REQUEST_START`,
+//! `QUEUE_START`, `COMPUTE_START`, `COMPUTE_INPUT_END`, `COMPUTE_OUTPUT_START`, `COMPUTE_END`,
+//! `REQUEST_END`), and at the TENSORS level their input and output tensors. A request an ensemble step makes
+//! is traced as a child of the ensemble's (`parent_id`).
+//!
+//! A frontend samples a client's request by its model's settings; the trace travels with the request and
+//! is finished when its last holder lets it go. Where the records go is the mode: Triton's JSON trace file
+//! (`file`) or spans exported to an OpenTelemetry collector (`otel`).
 //!
 //! There is one tracer per process, like the log. With every level OFF, sampling a request is one atomic
 //! load: tracing at its default costs a request nothing else.
 
+pub mod file;
+pub mod otel;
 pub mod settings;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::{json, Value};
+use opentelemetry::KeyValue;
 
 use crate::tensor::Tensor;
-pub use settings::{Change, Level, Overrides, Settings};
+pub use otel::Exporter;
+pub use settings::{Change, Level, Mode, Overrides, Settings};
 
 static TRACER: OnceLock<Tracer> = OnceLock::new();
 
-/// Starts the process's tracer with the command line's settings (once; later calls change nothing).
-pub fn start(startup: Settings) {
-    let _ = TRACER.set(Tracer::new(startup));
+/// Starts the process's tracer with the command line's settings, exporting spans from `runtime` in the
+/// `opentelemetry` mode (once; later calls change nothing).
+pub fn start(startup: Settings, exporter: Exporter, runtime: tokio::runtime::Handle) -> Result<(), String> {
+    if startup.mode == Mode::OpenTelemetry {
+        otel::start(&exporter, runtime)?;
+    }
+    let _ = TRACER.set(Tracer::new(startup, exporter));
+    Ok(())
 }
 
 /// The process's tracer (all OFF until `start`).
 pub fn tracer() -> &'static Tracer {
-    TRACER.get_or_init(|| Tracer::new(Settings::default()))
+    TRACER.get_or_init(|| Tracer::new(Settings::default(), Exporter::default()))
 }
 
 pub struct Tracer {
     /// Whether any scope traces at all; false lets `sample` return at once.
     any_on: AtomicBool,
+    next_id: AtomicU64,
+    exporter: Exporter,
     state: Mutex<State>,
 }
 
@@ -44,49 +58,60 @@ struct State {
     models: HashMap<String, Overrides>,
     /// Per scope ("" for the global one): requests seen, and traces left (-1: no limit).
     counters: HashMap<String, (u64, i32)>,
-    next_id: u64,
-    written: Writer,
+    written: file::Writer,
 }
 
-/// The traces gathered since the file was last written.
-#[derive(Default)]
-struct Writer {
-    entries: Vec<Value>,
-    traces: u32,
-    /// The index of the next `<file>.<n>`.
-    index: u32,
-}
+/// One sampled request's trace, shared by whatever serves the request; the last clone to go finishes it.
+#[derive(Clone)]
+pub struct Trace(Arc<Shared>);
 
-/// One sampled request's trace, filled in as it runs and handed back to `Tracer::finish`.
-pub struct Trace {
+struct Shared {
     id: u64,
+    /// The trace of the request this one was made for; 0 for a client's request.
+    parent_id: u64,
     level: Level,
-    log_frequency: u32,
-    file: String,
-    entries: Vec<Value>,
+    records: Mutex<Records>,
+}
+
+/// Where a trace's records go, by the mode.
+enum Records {
+    File(file::Records),
+    Spans(Box<otel::Spans>),
 }
 
 impl Tracer {
-    fn new(startup: Settings) -> Self {
+    fn new(startup: Settings, exporter: Exporter) -> Self {
         let any_on = AtomicBool::new(!startup.level.is_off());
         let state = State {
             startup,
             global: Overrides::default(),
             models: HashMap::new(),
             counters: HashMap::new(),
-            next_id: 1,
-            written: Writer::default(),
+            written: file::Writer::default(),
         };
-        Tracer { any_on, state: Mutex::new(state) }
+        Tracer { any_on, next_id: AtomicU64::new(1), exporter, state: Mutex::new(state) }
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+    fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether any scope traces: a frontend notes its timestamps only then.
+    pub fn is_on(&self) -> bool {
+        self.any_on.load(Ordering::Relaxed)
     }
 
     /// The settings in force for `model` (the global ones for an empty name).
     pub fn settings(&self, model: &str) -> Settings {
         self.state().effective(model)
+    }
+
+    /// The exporter's settings as the trace extension lists them (none in the triton mode).
+    pub fn exporter_options(&self) -> Vec<(&'static str, String)> {
+        match self.settings("").mode {
+            Mode::Triton => Vec::new(),
+            Mode::OpenTelemetry => self.exporter.options(),
+        }
     }
 
     /// Applies `change` to `model`'s overrides (the global ones for an empty name). Answers the settings now
@@ -114,9 +139,11 @@ impl Tracer {
         state.effective(model)
     }
 
-    /// A trace for this request to `model` if the settings sample it, with its opening record.
-    pub fn sample(&self, model: &str, version: i64, request_id: &str) -> Option<Trace> {
-        if !self.any_on.load(Ordering::Relaxed) {
+    /// A trace for a client's request to `model`, received from `received`, if the settings sample it. In
+    /// the `opentelemetry` mode a request carrying a `traceparent` header is always traced, under the
+    /// client's span.
+    pub fn sample(&self, model: &str, headers: &axum::http::HeaderMap, received: Instant) -> Option<Trace> {
+        if !self.is_on() {
             return None;
         }
         let mut state = self.state();
@@ -124,54 +151,36 @@ impl Tracer {
         if settings.level.is_off() {
             return None;
         }
+        let client = match settings.mode {
+            Mode::OpenTelemetry => otel::propagated(headers),
+            Mode::Triton => None,
+        };
         let scope = if state.models.contains_key(model) { model.to_string() } else { String::new() };
         let (seen, left) = state.counters.entry(scope).or_insert((0, settings.count));
         *seen += 1;
-        if settings.rate == 0 || *seen % u64::from(settings.rate) != 0 || *left == 0 {
+        let sampled = settings.rate != 0 && *seen % u64::from(settings.rate) == 0 && *left != 0;
+        if !sampled && client.is_none() {
             return None;
         }
-        if *left > 0 {
+        if sampled && *left > 0 {
             *left -= 1;
         }
-        let id = state.next_id;
-        state.next_id += 1;
-        let mut opening = json!({"id": id, "model_name": model, "model_version": version});
-        if !request_id.is_empty() {
-            opening["request_id"] = request_id.into();
-        }
-        Some(Trace {
-            id,
-            level: settings.level,
-            log_frequency: settings.log_frequency,
-            file: settings.file,
-            entries: vec![opening],
-        })
+        drop(state);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let records = match settings.mode {
+            Mode::Triton => Records::File(file::Records::new(id, settings.log_frequency, settings.file)),
+            Mode::OpenTelemetry => Records::Spans(Box::new(otel::Spans::for_client(received, client)?)),
+        };
+        Some(Trace(Arc::new(Shared { id, parent_id: 0, level: settings.level, records: Mutex::new(records) })))
     }
 
-    /// Keeps a finished trace, writing the file when `log_frequency` traces have gathered.
-    pub fn finish(&self, trace: Trace) {
-        let mut state = self.state();
-        let writer = &mut state.written;
-        writer.entries.extend(trace.entries);
-        writer.traces += 1;
-        if trace.log_frequency > 0 && writer.traces >= trace.log_frequency {
-            let index = writer.index;
-            writer.index += 1;
-            write_file(&trace.file, Some(index), writer);
-        }
-    }
-
-    /// Writes what was gathered since the last write, at shutdown: to `<file>` when traces are written
-    /// only then, else to the next `<file>.<n>`.
+    /// Writes what was gathered since the last write, and exports the spans still waiting, at shutdown.
     pub fn flush(&self) {
         let mut state = self.state();
         let global = state.effective("");
-        let writer = &mut state.written;
-        if writer.entries.is_empty() {
-            return;
-        }
-        let index = (global.log_frequency > 0).then_some(writer.index);
-        write_file(&global.file, index, writer);
+        state.written.flush(&global.file, global.log_frequency);
+        drop(state);
+        otel::flush();
     }
 }
 
@@ -185,42 +194,96 @@ impl State {
     }
 }
 
-/// Writes what `writer` gathered to `file`, or to `<file>.<index>` when written every few traces.
-fn write_file(file: &str, index: Option<u32>, writer: &mut Writer) {
-    let entries = std::mem::take(&mut writer.entries);
-    writer.traces = 0;
-    if file.is_empty() {
-        tracing::warn!("{} trace records dropped: no trace file (--trace-config triton,file=PATH)", entries.len());
-        return;
+impl Trace {
+    fn records(&self) -> MutexGuard<'_, Records> {
+        self.0.records.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
-    let path = match index {
-        Some(index) => format!("{file}.{index}"),
-        None => file.to_string(),
-    };
-    if let Err(e) = std::fs::write(&path, Value::Array(entries).to_string()) {
-        tracing::error!("cannot write the trace file {path}: {e}");
+
+    /// Records a frontend's timestamp (`HTTP_RECV_START`, `INFER_RESPONSE_COMPLETE`, `GRPC_SEND_END`, …).
+    pub fn frontend(&self, name: &'static str, at: Instant) {
+        if !self.0.level.timestamps {
+            return;
+        }
+        match &mut *self.records() {
+            Records::File(records) => records.timestamp(name, at),
+            Records::Spans(spans) => spans.frontend_event(name, at),
+        }
+    }
+
+    /// Records that the request reached `model`'s scheduler at `at` (`REQUEST_START`).
+    pub fn start(&self, model: &str, version: i64, request_id: &str, at: Instant) {
+        let Shared { id, parent_id, level, .. } = *self.0;
+        match &mut *self.records() {
+            Records::File(records) => {
+                records.open(model, version, request_id, parent_id);
+                if level.timestamps {
+                    records.timestamp("REQUEST_START", at);
+                }
+            }
+            Records::Spans(spans) if level.timestamps => {
+                let mut attributes = vec![
+                    KeyValue::new("triton.model_name", model.to_string()),
+                    KeyValue::new("triton.model_version", version),
+                    KeyValue::new("triton.trace_id", id as i64),
+                    KeyValue::new("triton.trace_parent_id", parent_id as i64),
+                ];
+                if !request_id.is_empty() {
+                    attributes.push(KeyValue::new("triton.request_id", request_id.to_string()));
+                }
+                spans.open_model(at, attributes, model);
+                spans.event("REQUEST_START", at);
+            }
+            Records::Spans(_) => {}
+        }
+    }
+
+    /// Records that the request passed `name` at `at` in the server.
+    pub fn timestamp(&self, name: &'static str, at: Instant) {
+        if !self.0.level.timestamps {
+            return;
+        }
+        match &mut *self.records() {
+            Records::File(records) => records.timestamp(name, at),
+            Records::Spans(spans) => spans.event(name, at),
+        }
+    }
+
+    /// Records `tensors` as `activity` (TENSOR_QUEUE_INPUT, TENSOR_BACKEND_OUTPUT) at the TENSORS level, in
+    /// the triton mode (OpenTelemetry spans carry no tensors, as in Triton).
+    pub fn tensors<'t>(&self, activity: &str, tensors: impl IntoIterator<Item = &'t Tensor>) {
+        if !self.0.level.tensors {
+            return;
+        }
+        if let Records::File(records) = &mut *self.records() {
+            records.tensors(activity, tensors);
+        }
+    }
+
+    /// The trace of a request made while serving this one (an ensemble step's).
+    pub fn child(&self) -> Trace {
+        let id = tracer().next_id.fetch_add(1, Ordering::Relaxed);
+        let records = match &*self.records() {
+            Records::File(records) => {
+                Records::File(file::Records::new(id, records.log_frequency, records.file.clone()))
+            }
+            Records::Spans(spans) => Records::Spans(Box::new(spans.for_child())),
+        };
+        Trace(Arc::new(Shared { id, parent_id: self.0.id, level: self.0.level, records: Mutex::new(records) }))
     }
 }
 
-impl Trace {
-    /// Records that the request passed `name` at `at`.
-    pub fn timestamp(&mut self, name: &str, at: Instant) {
-        if self.level.timestamps {
-            let entry = json!({"id": self.id, "timestamps": [{"name": name, "ns": monotonic_ns(at)}]});
-            self.entries.push(entry);
-        }
+impl std::fmt::Debug for Trace {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Trace({})", self.0.id)
     }
+}
 
-    /// Records `tensors` as `activity` (TENSOR_QUEUE_INPUT, TENSOR_BACKEND_OUTPUT) at the TENSORS level.
-    pub fn tensors<'t>(&mut self, activity: &str, tensors: impl IntoIterator<Item = &'t Tensor>) {
-        if !self.level.tensors {
-            return;
-        }
-        for tensor in tensors {
-            let shape = tensor.shape.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-            let tensor = json!({"name": tensor.name, "data": tensor.values_text(), "shape": shape,
-                                "dtype": tensor.datatype.kserve_name()});
-            self.entries.push(json!({"id": self.id, "activity": activity, "tensor": tensor}));
+impl Drop for Shared {
+    /// Finishes the trace: its records join the trace file's. (Spans end as they drop, after this, and go
+    /// to the exporter.)
+    fn drop(&mut self) {
+        if let Records::File(records) = self.records.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()) {
+            tracer().state().written.add(records);
         }
     }
 }
@@ -237,4 +300,9 @@ fn monotonic_ns(at: Instant) -> u64 {
         Some(after) => ns + after.as_nanos() as u64,
         None => ns - instant.duration_since(at).as_nanos() as u64,
     }
+}
+
+/// `at` as wall-clock time, on the same anchor as `monotonic_ns` (OpenTelemetry timestamps are wall-clock).
+fn wall_clock(at: Instant) -> SystemTime {
+    UNIX_EPOCH + std::time::Duration::from_nanos(monotonic_ns(at))
 }

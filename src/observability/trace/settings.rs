@@ -1,8 +1,26 @@
 //! Trace settings as tritonserver has them: a level (OFF, or TIMESTAMPS and/or TENSORS), a sampling rate
 //! (every N-th request is traced), a count (how many traces are left; -1: no limit), a log frequency (write
-//! the trace file every N traces; 0: at shutdown) and the trace file. The server starts with the command
-//! line's settings; the trace extension overrides fields globally or per model, and clearing an override
-//! falls back to the global value (for a model) or the start-up value (globally), as Triton's do.
+//! the trace file every N traces; 0: at shutdown), the trace file and the mode (where traces go). The
+//! server starts with the command line's settings; the trace extension overrides fields globally or per
+//! model, and clearing an override falls back to the global value (for a model) or the start-up value
+//! (globally), as Triton's do. The mode is fixed at start-up.
+
+/// Where traces go: Triton's JSON trace file, or spans exported to an OpenTelemetry collector.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    #[default]
+    Triton,
+    OpenTelemetry,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::Triton => "triton",
+            Mode::OpenTelemetry => "opentelemetry",
+        }
+    }
+}
 
 /// What a trace records.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -52,12 +70,20 @@ pub struct Settings {
     pub count: i32,
     pub log_frequency: u32,
     pub file: String,
+    pub mode: Mode,
 }
 
 impl Default for Settings {
     /// tritonserver's defaults.
     fn default() -> Self {
-        Settings { level: Level::default(), rate: 1000, count: -1, log_frequency: 0, file: String::new() }
+        Settings {
+            level: Level::default(),
+            rate: 1000,
+            count: -1,
+            log_frequency: 0,
+            file: String::new(),
+            mode: Mode::Triton,
+        }
     }
 }
 
@@ -83,6 +109,7 @@ impl Overrides {
             count: self.count.unwrap_or(fallback.count),
             log_frequency: self.log_frequency.unwrap_or(fallback.log_frequency),
             file: fallback.file.clone(),
+            mode: fallback.mode,
         }
     }
 }

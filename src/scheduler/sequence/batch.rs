@@ -33,7 +33,7 @@ impl Pending {
     /// Answers the request with `result` (no batch ran it).
     pub fn refuse(self, error: Error) {
         let queue = self.arrived.elapsed();
-        let _ = self.reply.send(Reply::Done(Answer { result: Err(error), queue }));
+        let _ = self.reply.send(Reply::Done(Answer { result: Err(error), queue, compute: None }));
     }
 }
 
@@ -79,7 +79,7 @@ impl Batch {
         let arrived = self.members[0].1.arrived;
         match InFlight::new(self.run()).await {
             Ok(answer) => answer,
-            Err(panic) => Answer { result: Err(Error::internal(panic)), queue: arrived.elapsed() },
+            Err(panic) => Answer { result: Err(Error::internal(panic)), queue: arrived.elapsed(), compute: None },
         }
     }
 
@@ -98,8 +98,9 @@ impl Batch {
             Ok(outputs) => split(outputs, &rows),
             Err(e) => rows.iter().map(|_| Err(e.clone())).collect(),
         };
-        if let Some(timing) = execution.timing {
-            stats.executed(rows.len() as u64, &Timing { compute_output: split_started.elapsed(), ..timing });
+        let compute = execution.timing.map(|timing| Timing { compute_output: split_started.elapsed(), ..timing });
+        if let Some(timing) = &compute {
+            stats.executed(rows.len() as u64, timing);
         }
         let mut first = None;
         let mut sequences = Vec::with_capacity(members.len());
@@ -109,7 +110,7 @@ impl Batch {
                 states = Some(inputs.take_states(&mut outputs)?);
                 Ok(outputs)
             });
-            let answer = Answer { result, queue: dispatched.duration_since(pending.arrived) };
+            let answer = Answer { result, queue: dispatched.duration_since(pending.arrived), compute };
             match first {
                 None => first = Some(answer),
                 Some(_) => {
@@ -119,6 +120,6 @@ impl Batch {
             sequences.push((key, states));
         }
         shared.finish(Finished { lane, sequences });
-        first.unwrap_or(Answer { result: Err(Error::internal("an empty batch")), queue: Duration::ZERO })
+        first.unwrap_or(Answer { result: Err(Error::internal("an empty batch")), queue: Duration::ZERO, compute: None })
     }
 }

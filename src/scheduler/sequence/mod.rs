@@ -131,13 +131,13 @@ impl Sequencer {
     /// stream's) run in that order.
     pub async fn submit(&self, request: InferenceRequest, rows: u64) -> Answer {
         let arrived = Instant::now();
-        let refused = |e: Error| Answer { result: Err(e), queue: Duration::ZERO };
+        let refused = |e: Error| Answer { result: Err(e), queue: Duration::ZERO, compute: None };
         let flags = match self.admissible(&request, rows) {
             Ok(flags) => flags,
             Err(e) => return refused(e),
         };
         let (reply, answer) = oneshot::channel();
-        let gone = || Answer { result: Err(unloading(&self.model)), queue: arrived.elapsed() };
+        let gone = || Answer { result: Err(unloading(&self.model)), queue: arrived.elapsed(), compute: None };
         let (batches, wake) = {
             let mut state = self.shared.lock();
             if state.closed {

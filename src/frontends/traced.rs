@@ -1,0 +1,137 @@
+//! The frontends' part of a trace: when a traced request's head arrived and its body was read
+//! (`HTTP_RECV_*`, `GRPC_WAITREAD_*`), when its answer was complete (`INFER_RESPONSE_COMPLETE`), and when
+//! the response started and finished going out (`*_SEND_START`, `*_SEND_END`).
+//!
+//! Both routers carry one layer (`layer`): while any scope traces it notes each request's arrival in the
+//! request's extensions, and it sends a traced response's body through `TracedBody`, which notes when the
+//! body has gone. With tracing off the layer costs a request one atomic load and one empty extension
+//! lookup.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::Request;
+use axum::http::HeaderMap;
+use axum::response::Response;
+use bytes::Bytes;
+use http_body::{Body as HttpBody, Frame, SizeHint};
+use tower::layer::util::Stack;
+use tower::util::{MapRequestLayer, MapResponseLayer};
+
+use crate::observability::trace::{tracer, Trace};
+
+/// When a request's head arrived, and when its body had been read (HTTP reads it before the handler).
+#[derive(Clone, Copy)]
+pub struct Arrived {
+    pub head: Instant,
+    pub body: Option<Instant>,
+}
+
+/// The wire a traced request came on, naming its timestamps.
+#[derive(Clone, Copy)]
+pub enum Wire {
+    Http,
+    Grpc,
+}
+
+impl Wire {
+    fn names(self) -> [&'static str; 4] {
+        match self {
+            Wire::Http => ["HTTP_RECV_START", "HTTP_RECV_END", "HTTP_SEND_START", "HTTP_SEND_END"],
+            Wire::Grpc => ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "GRPC_SEND_START", "GRPC_SEND_END"],
+        }
+    }
+}
+
+/// A response's trace, put in the response's extensions by the handler for the layer to finish.
+#[derive(Clone)]
+pub struct Sending {
+    trace: Trace,
+    wire: Wire,
+}
+
+type Layer = Stack<MapRequestLayer<fn(Request) -> Request>, MapResponseLayer<fn(Response) -> Response>>;
+
+/// The layer both routers carry.
+pub fn layer() -> Layer {
+    Stack::new(MapRequestLayer::new(note_arrival as fn(Request) -> Request), MapResponseLayer::new(send_traced as _))
+}
+
+fn note_arrival(mut request: Request) -> Request {
+    if tracer().is_on() {
+        request.extensions_mut().insert(Arrived { head: Instant::now(), body: None });
+    }
+    request
+}
+
+/// Sends a traced response's body through `TracedBody`, noting the send's start now.
+fn send_traced(mut response: Response) -> Response {
+    let Some(Sending { trace, wire }) = response.extensions_mut().remove::<Sending>() else {
+        return response;
+    };
+    let [.., send_start, send_end] = wire.names();
+    trace.frontend(send_start, Instant::now());
+    response.map(|inner| Body::new(TracedBody { inner, trace, send_end }))
+}
+
+/// Samples a client's request to `model` for tracing, and notes its arrival. `arrived` is the layer's note
+/// (absent when tracing was turned on while the request was on its way: it then counts from now).
+pub fn sample(model: &str, headers: &HeaderMap, arrived: Option<Arrived>, wire: Wire) -> Option<Trace> {
+    if !tracer().is_on() {
+        return None;
+    }
+    let now = Instant::now();
+    let arrived = arrived.unwrap_or(Arrived { head: now, body: None });
+    let trace = tracer().sample(model, headers, arrived.head)?;
+    let [recv_start, recv_end, ..] = wire.names();
+    trace.frontend(recv_start, arrived.head);
+    trace.frontend(recv_end, arrived.body.unwrap_or(now));
+    Some(trace)
+}
+
+/// Notes that the request's answer is complete.
+pub fn answered(trace: &Option<Trace>) {
+    if let Some(trace) = trace {
+        trace.frontend("INFER_RESPONSE_COMPLETE", Instant::now());
+    }
+}
+
+/// Hands the trace to the layer in the response's `extensions`, to note the response's sending.
+pub fn send_with(trace: Option<Trace>, wire: Wire, extensions: &mut axum::http::Extensions) {
+    if let Some(trace) = trace {
+        extensions.insert(Sending { trace, wire });
+    }
+}
+
+/// A response body that notes when it has gone out: when hyper lets it go, after writing it all (or when
+/// the client went away).
+struct TracedBody {
+    inner: Body,
+    trace: Trace,
+    send_end: &'static str,
+}
+
+impl HttpBody for TracedBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl Drop for TracedBody {
+    fn drop(&mut self) {
+        self.trace.frontend(self.send_end, Instant::now());
+    }
+}
