@@ -15,6 +15,8 @@ import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from conftest import ROOT, Server, add_model, add_sub_inputs, wait_for
+
+BLS_SIMPLE = (ROOT / "tests/triton_examples/qa/bls_simple.py").read_bytes()
 from test_ensembles import CHAIN
 
 ROOT_EVENTS = {
@@ -82,14 +84,16 @@ def receiver():
     receiver.close()
 
 
-def serve(tmp_path, receiver, *flags):
+def serve(tmp_path, receiver, *flags, cache_dir=None):
     root = tmp_path / "repo"
     add_model(root, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
     add_model(root, "chain", CHAIN)
+    if cache_dir:
+        add_model(root, "bls_simple", 'name: "bls_simple"\nbackend: "python"\n', files={"model.py": BLS_SIMPLE})
     return Server([root], tmp_path, "--trace-config=mode=opentelemetry", "--trace-config=level=TIMESTAMPS",
                   f"--trace-config=opentelemetry,url={receiver.url}", "--trace-config=opentelemetry,bsp_schedule_delay=50",
                   "--trace-config=opentelemetry,resource=service.name=test_triton",
-                  "--trace-config=opentelemetry,resource=test.key=test.value", *flags).wait_live()
+                  "--trace-config=opentelemetry,resource=test.key=test.value", *flags, cache_dir=cache_dir).wait_live()
 
 
 def events(span):
@@ -155,6 +159,26 @@ def test_ensemble_steps_hang_under_the_ensembles_span(tmp_path, receiver):
         chain = next(span for span in spans if span.name == "chain")
         steps = [span for span in spans if span.name == "simple"]
         assert all(attributes(step)["triton.trace_parent_id"] == attributes(chain)["triton.trace_id"] for step in steps)
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_bls_call_hangs_under_the_calling_models_span(tmp_path, receiver, component_cache):
+    """Triton's own BLS model, calling an ensemble: as Triton's _test_bls_trace, with our two-step ensemble."""
+    server = serve(tmp_path, receiver, "--trace-config=rate=1", cache_dir=component_cache)
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = add_sub_inputs(httpclient, DATA)
+        inputs.append(httpclient.InferInput("MODEL_NAME", [1], "BYTES"))
+        inputs[-1].set_data_from_numpy(np.array(["chain"], dtype=np.object_))
+        result = client.infer("bls_simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * DATA)  # [1, 16], as Triton answers it
+        spans = receiver.wait(8)
+        assert len(spans) == 8
+        assert tree(spans) == {"InferRequest": ["bls_simple"], "bls_simple": ["chain", "compute"],
+                               "chain": ["simple", "simple"], "simple": ["compute", "compute"]}
+        check_events(spans, "http")
         client.close()
     finally:
         assert server.stop() == 0

@@ -26,6 +26,7 @@ from tessera_requests import (
     InferenceRequest,
     InferenceResponse,
     InferenceResponseSender,
+    InferenceTrace,
     Logger,
     LogLevel,
     get_input_tensor_by_name,

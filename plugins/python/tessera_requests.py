@@ -35,6 +35,8 @@ class InferenceRequest:
 
     def __init__(self, model_name="", inputs=None, requested_output_names=None, correlation_id=0, request_id="",
                  flags=0, timeout=0, preferred_memory=None, trace=None, parameters=None, model_version=-1):
+        # pybind11 takes bytes for Triton's std::string arguments (a name read from a BYTES tensor is bytes).
+        model_name, request_id = (v.decode() if isinstance(v, bytes) else v for v in (model_name, request_id))
         self._model, self._version, self._id = model_name, model_version, request_id
         self._correlation_id, self._flags, self._timeout = correlation_id, flags, timeout
         self._inputs = list(inputs or [])
@@ -112,6 +114,11 @@ class InferenceRequest:
     def model_version(self):
         return self._version
 
+    def trace(self):
+        """The request's trace, to pass on to a BLS request (`InferenceRequest(..., trace=request.trace())`).
+        The server already traces a BLS call as a child of the traced request being executed."""
+        return InferenceTrace()
+
     def is_cancelled(self):
         """Whether the client has gone away (always False for a model that is not decoupled)."""
         try:
@@ -139,6 +146,14 @@ class InferenceRequest:
 
     def async_exec(self, decoupled=False):
         raise TritonError("async BLS calls are not supported; use exec()", TritonError.UNSUPPORTED)
+
+
+class InferenceTrace:
+    """A request's trace as Triton's python backend hands it over. Its OpenTelemetry context is not given to
+    plugins: `get_context()` answers None."""
+
+    def get_context(self, mode="opentelemetry"):
+        return None
 
 
 class InferenceResponseSender:

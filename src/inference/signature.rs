@@ -78,7 +78,7 @@ impl Signature {
             let spec = self.inputs.iter().find(|s| s.name == tensor.name).ok_or_else(|| {
                 Error::invalid(format!("unexpected inference input '{}' for model '{}'", tensor.name, self.model))
             })?;
-            self.check_tensor(spec, tensor, "input", &mut batch)?;
+            self.check_input(spec, tensor, &mut batch)?;
         }
         let missing: Vec<_> = self
             .inputs
@@ -115,34 +115,35 @@ impl Signature {
     }
 
     /// Checks what a backend answered and keeps the outputs the request asked for (`requested`), in the order asked (all
-    /// outputs in config order if none were named). A backend that leaves out an output or gets its type or
-    /// size wrong fails the request with an internal error that says so.
+    /// outputs in config order if none were named). A backend that leaves out an output, or answers with a
+    /// tensor whose bytes do not fit its own shape and type, fails the request with an internal error that
+    /// says so. As in Triton, an output's shape and type are the backend's: the config's `dims` and
+    /// `data_type` describe it, they do not bind it.
     pub fn select_outputs(&self, requested: &[String], mut produced: Vec<Tensor>) -> Result<Vec<Tensor>> {
         let mut selected = Vec::with_capacity(if requested.is_empty() { self.outputs.len() } else { requested.len() });
         for name in self.wanted(requested) {
-            let spec = self.outputs.iter().find(|s| s.name == name).expect("requested outputs were checked");
             let index = produced
                 .iter()
                 .position(|t| t.name == name)
                 .ok_or_else(|| Error::internal(format!("model '{}' did not produce output '{name}'", self.model)))?;
             let tensor = produced.swap_remove(index);
-            self.check_tensor(spec, &tensor, "output", &mut None)
+            check_consistent(&tensor)
                 .map_err(|e| Error::internal(format!("model '{}' produced an invalid output: {e}", self.model)))?;
             selected.push(tensor);
         }
         Ok(selected)
     }
 
-    fn check_tensor(&self, spec: &TensorSpec, tensor: &Tensor, role: &str, batch: &mut Option<i64>) -> Result<()> {
+    fn check_input(&self, spec: &TensorSpec, tensor: &Tensor, batch: &mut Option<i64>) -> Result<()> {
         if tensor.datatype != spec.datatype {
             return Err(Error::invalid(format!(
-                "{role} '{}' has data type {}, but model '{}' expects {}",
+                "input '{}' has data type {}, but model '{}' expects {}",
                 tensor.name, tensor.datatype, self.model, spec.datatype
             )));
         }
         let shape_error = || {
             Error::invalid(format!(
-                "{role} '{}' has shape {:?}, but model '{}' expects {:?}",
+                "input '{}' has shape {:?}, but model '{}' expects {:?}",
                 tensor.name,
                 tensor.shape,
                 self.model,
@@ -150,22 +151,19 @@ impl Signature {
             ))
         };
         if tensor.shape.iter().any(|&d| d < 0) {
-            return Err(Error::invalid(format!(
-                "{role} '{}' has a negative dimension in shape {:?}",
-                tensor.name, tensor.shape
-            )));
+            return Err(negative_dimension("input", tensor));
         }
         let dims = if self.max_batch_size > 0 {
             let (&size, rest) = tensor.shape.split_first().ok_or_else(shape_error)?;
             if size < 1 || size > self.max_batch_size {
                 return Err(Error::invalid(format!(
-                    "{role} '{}' has batch size {size}; model '{}' accepts 1 to {}",
+                    "input '{}' has batch size {size}; model '{}' accepts 1 to {}",
                     tensor.name, self.model, self.max_batch_size
                 )));
             }
             if *batch.get_or_insert(size) != size {
                 return Err(Error::invalid(format!(
-                    "{role} '{}' has batch size {size} but other inputs have {}",
+                    "input '{}' has batch size {size} but other inputs have {}",
                     tensor.name,
                     batch.unwrap_or_default()
                 )));
@@ -180,6 +178,18 @@ impl Signature {
         }
         tensor.check_data_size()
     }
+}
+
+/// Checks that a tensor's bytes fit its own shape and data type.
+fn check_consistent(tensor: &Tensor) -> Result<()> {
+    if tensor.shape.iter().any(|&d| d < 0) {
+        return Err(negative_dimension("output", tensor));
+    }
+    tensor.check_data_size()
+}
+
+fn negative_dimension(role: &str, tensor: &Tensor) -> Error {
+    Error::invalid(format!("{role} '{}' has a negative dimension in shape {:?}", tensor.name, tensor.shape))
 }
 
 #[cfg(test)]

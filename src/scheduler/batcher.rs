@@ -347,7 +347,7 @@ async fn execute(pool: Arc<InstancePool>, stats: Arc<Stats>, reservation: Reserv
 
 /// One request carrying every request's inputs, concatenated along the batch dimension. The requested
 /// outputs are all of them (each request then keeps its own); the first request's id and parameters stand
-/// for the batch.
+/// for the batch. A batch of several carries no trace: what the model does for it is no one request's.
 pub(super) fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
     let first = requests[0];
     if requests.len() == 1 {
@@ -367,7 +367,7 @@ pub(super) fn merge(requests: Vec<&InferenceRequest>) -> InferenceRequest {
             Tensor { name: input.name.clone(), datatype: input.datatype, shape, data: data.freeze() }
         })
         .collect();
-    InferenceRequest { inputs, requested_outputs: Vec::new(), ..first.clone() }
+    InferenceRequest { inputs, requested_outputs: Vec::new(), trace: None, ..first.clone() }
 }
 
 /// Splits each output along the batch dimension, `rows[i]` rows for request i.

@@ -9,6 +9,7 @@ use super::bindings::tessera::backend::types as wit;
 use super::state::StoreState;
 use super::tensor_data::HeldData;
 use crate::inference::{InferenceRequest, Parameter};
+use crate::observability::trace::Trace;
 use crate::tensor::{DataType, Tensor};
 
 /// The largest tensor sent inline. Measured on `simple` (callgrind): a handle costs the plugin a host call
@@ -51,7 +52,8 @@ pub fn response_from_wit(state: &mut StoreState, response: wit::Response) -> was
     response.outputs.into_iter().map(|t| tensor_from_wit(state, t)).collect()
 }
 
-/// A plugin's BLS request to `model` (`version` empty: the newest ready one).
+/// A plugin's BLS request to `model` (`version` empty: the newest ready one), traced as a child of the
+/// traced request being executed.
 pub fn request_from_wit(
     state: &mut StoreState,
     model: String,
@@ -67,7 +69,7 @@ pub fn request_from_wit(
         class_counts: Vec::new(),
         parameters: request.parameters.into_iter().map(|(k, v)| (k, parameter_from_wit(v))).collect(),
         responder: None,
-        trace: None,
+        trace: state.trace.as_ref().map(Trace::child),
     })
 }
 

@@ -69,6 +69,10 @@ impl Instance for WasmInstance {
             Err(e) => return fail_all(e),
         };
         let responders: Vec<Option<Responder>> = requests.iter_mut().map(|r| r.responder.take()).collect();
+        let trace = match requests.as_slice() {
+            [only] => only.trace.clone(),
+            _ => None,
+        };
         let wit_requests = match requests
             .into_iter()
             .map(|r| convert::request_to_wit(store.data_mut(), r))
@@ -84,6 +88,7 @@ impl Instance for WasmInstance {
         let deadline = limits::deadline(&limits);
         store.data_mut().deadline = deadline;
         store.data_mut().responders = responders;
+        store.data_mut().trace = trace;
         refuel(store, &limits);
         // The store's epoch deadline is the tick after the last one it saw, usually long past by the next
         // call; left so, each call that follows a tick would yield at its first instruction, a trip
@@ -92,6 +97,7 @@ impl Instance for WasmInstance {
         store.set_epoch_deadline(1);
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
+        store.data_mut().trace = None;
         let responders = std::mem::take(&mut store.data_mut().responders);
         if decoupled && outcome.is_ok() {
             end_open_requests_at(deadline, responders, &label, &limits);

@@ -142,6 +142,7 @@ impl Plugin {
             peers: self.peers.clone(),
             version_directory: self.version_directory.clone(),
             responders: Vec::new(),
+            trace: None,
         })
     }
 }

@@ -11,6 +11,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 use super::limits::MemoryCap;
 use crate::backends::{ModelCaller, Peers};
 use crate::inference::Responder;
+use crate::observability::trace::Trace;
 
 pub struct StoreState {
     pub wasi: WasiCtx,
@@ -28,6 +29,9 @@ pub struct StoreState {
     /// During an `execute` call, where each of its requests' responses go (`None`: the model is not
     /// decoupled); empty outside calls.
     pub responders: Vec<Option<Responder>>,
+    /// During an `execute` call of one traced request, its trace: BLS calls the plugin makes are its
+    /// children. (In a batch of several, a call belongs to no one request.)
+    pub trace: Option<Trace>,
 }
 
 impl WasiView for StoreState {
