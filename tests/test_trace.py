@@ -4,6 +4,7 @@ with Triton's JSON records (the frontend's and the server's timestamps in order,
 level, an ensemble's steps as its children), written every `log_frequency` traces or at shutdown."""
 
 import json
+import shutil
 import subprocess
 
 import grpc
@@ -153,11 +154,12 @@ def test_count_and_log_frequency_and_model_scopes(tmp_path):
     assert sum("model_name" in r for r in first) == 2 and sum("model_name" in r for r in second) == 1
 
 
-def test_grpc_requests_and_ensemble_steps_are_traced(tmp_path):
+def test_grpc_requests_streams_and_ensemble_steps_are_traced(tmp_path):
     from test_ensembles import CHAIN
     trace_file = tmp_path / "trace.json"
     root = repo(tmp_path / "repo")
     add_model(root, "chain", CHAIN)
+    shutil.copytree(ROOT / "model_repository/square_int32", root / "square_int32")
     server = Server([root], tmp_path, "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1",
                     f"--trace-config=triton,file={trace_file}").wait_live()
     try:
@@ -165,15 +167,33 @@ def test_grpc_requests_and_ensemble_steps_are_traced(tmp_path):
         data = np.arange(16, dtype=np.int32).reshape(1, 16)
         client.infer("simple", add_sub_inputs(grpcclient, data), request_id="plain")
         client.infer("chain", add_sub_inputs(grpcclient, data), request_id="chained")
+        answers = []
+        client.start_stream(callback=lambda result, error: answers.append(error))
+        client.async_stream_infer("simple", add_sub_inputs(grpcclient, data), request_id="streamed")
+        square = grpcclient.InferInput("IN", [1], "INT32")
+        square.set_data_from_numpy(np.array([3], dtype=np.int32))
+        client.async_stream_infer("square_int32", [square], request_id="squared")
+        wait_for(lambda: len(answers) == 4, what="the streamed answers")
+        client.stop_stream()
+        assert answers == [None] * 4
         client.close()
     finally:
         assert server.stop() == 0
     written = records(trace_file)
-    openings = {(r["model_name"], r.get("parent_id")): r for r in written if "model_name" in r}
-    plain = next(r for r in openings.values() if r["request_id"] == "plain")
+    openings = {r["request_id"]: r for r in written if "model_name" in r and "parent_id" not in r}
+    plain = openings["plain"]
     steps = timestamps(written, plain["id"])
     assert [name for name, _ in steps] == GRPC_STEPS and [ns for _, ns in steps] == sorted(ns for _, ns in steps)
-    chain = openings[("chain", None)]
+    streamed = openings["streamed"]
+    steps = timestamps(written, streamed["id"])
+    assert [name for name, _ in steps] == GRPC_STEPS and [ns for _, ns in steps] == sorted(ns for _, ns in steps)
+    # A decoupled model's responses leave while it computes: its compute is recorded when `execute` returns.
+    squared = dict(timestamps(written, openings["squared"]["id"]))
+    assert sorted(squared) == sorted(name for name in GRPC_STEPS if name != "INFER_RESPONSE_COMPLETE")
+    order = ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START", "COMPUTE_START", "GRPC_SEND_START", "GRPC_SEND_END"]
+    assert [squared[name] for name in order] == sorted(squared[name] for name in order)
+    assert squared["COMPUTE_START"] <= squared["COMPUTE_END"] <= squared["REQUEST_END"]
+    chain = openings["chained"]
     children = [r for r in written if r.get("parent_id") == chain["id"]]
     assert [(r["model_name"], r["request_id"]) for r in children] == [("simple", "chained")] * 2, written
     assert [name for name, _ in timestamps(written, children[0]["id"])] == SERVER_STEPS

@@ -146,6 +146,27 @@ def test_a_request_is_three_nested_spans_with_tritons_events(tmp_path, receiver,
         assert server.stop() == 0
 
 
+@pytest.mark.parametrize("headers", [None, {"traceparent": TRACEPARENT}])
+def test_a_streamed_request_is_traced_as_a_unary_one(tmp_path, receiver, headers):
+    server = serve(tmp_path, receiver, "--trace-config=rate=1")
+    try:
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        results = []
+        client.start_stream(callback=lambda result, error: results.append((result, error)), headers=headers)
+        client.async_stream_infer("simple", add_sub_inputs(grpcclient, DATA))
+        wait_for(lambda: results, what="the streamed answer")
+        client.stop_stream()
+        assert results[0][1] is None
+        spans = receiver.wait(3)
+        assert tree(spans) == {"InferRequest": ["simple"], "simple": ["compute"]}
+        check_events(spans, "grpc")
+        root = next(span for span in spans if span.name == "InferRequest")
+        assert root.parent_span_id.hex() == (TRACEPARENT.split("-")[2] if headers else "")
+        client.close()
+    finally:
+        assert server.stop() == 0
+
+
 def test_ensemble_steps_hang_under_the_ensembles_span(tmp_path, receiver):
     server = serve(tmp_path, receiver, "--trace-config=rate=1")
     try:

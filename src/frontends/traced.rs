@@ -5,7 +5,8 @@
 //! Both routers carry one layer (`layer`): while any scope traces it notes each request's arrival in the
 //! request's extensions, and it sends a traced response's body through `TracedBody`, which notes when the
 //! body has gone. With tracing off the layer costs a request one atomic load and one empty extension
-//! lookup.
+//! lookup. On a gRPC stream, `arrivals` notes when each message was waited for and came, and `sending`
+//! when a request's responses started to leave and when the last had gone.
 
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -16,6 +17,8 @@ use axum::extract::Request;
 use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
+use futures_util::stream::{self, BoxStream};
+use futures_util::{future, Stream, StreamExt};
 use http_body::{Body as HttpBody, Frame, SizeHint};
 use tower::layer::util::Stack;
 use tower::util::{MapRequestLayer, MapResponseLayer};
@@ -103,6 +106,52 @@ pub fn send_with(trace: Option<Trace>, wire: Wire, extensions: &mut axum::http::
     if let Some(trace) = trace {
         extensions.insert(Sending { trace, wire });
     }
+}
+
+/// The messages of a request stream, each with when the server started waiting for it and when it came
+/// (noted while any scope traces).
+pub fn arrivals<S: Stream + Unpin>(messages: S) -> impl Stream<Item = (S::Item, Option<Arrived>)> {
+    Arrivals { messages, waiting_since: None }
+}
+
+struct Arrivals<S> {
+    messages: S,
+    waiting_since: Option<Instant>,
+}
+
+impl<S: Stream + Unpin> Stream for Arrivals<S> {
+    type Item = (S::Item, Option<Arrived>);
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let on = tracer().is_on();
+        if on && self.waiting_since.is_none() {
+            self.waiting_since = Some(Instant::now());
+        }
+        let polled = Pin::new(&mut self.messages).poll_next(cx);
+        polled.map(|message| {
+            let head = self.waiting_since.take();
+            let arrived = head.filter(|_| on).map(|head| Arrived { head, body: Some(Instant::now()) });
+            message.map(|message| (message, arrived))
+        })
+    }
+}
+
+/// A request's response messages on a gRPC stream, noting for its trace when the first is taken to be sent
+/// (`GRPC_SEND_START`) and when the stream comes back after the last, which it has then sent
+/// (`GRPC_SEND_END`).
+pub fn sending<T: Send + 'static>(messages: BoxStream<'static, T>, trace: Option<Trace>) -> BoxStream<'static, T> {
+    let Some(trace) = trace else { return messages };
+    let starting = trace.clone();
+    let mut first = true;
+    let ended = stream::once(async move { trace.frontend("GRPC_SEND_END", Instant::now()) });
+    messages
+        .inspect(move |_| {
+            if std::mem::take(&mut first) {
+                starting.frontend("GRPC_SEND_START", Instant::now());
+            }
+        })
+        .chain(ended.filter_map(|()| future::ready(None)))
+        .boxed()
 }
 
 /// A response body that notes when it has gone out: when hyper lets it go, after writing it all (or when

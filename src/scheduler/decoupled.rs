@@ -27,6 +27,11 @@ impl Scheduler {
     pub async fn execute_decoupled(&self, mut request: InferenceRequest, responder: Responder) {
         let arrived = Instant::now();
         self.stats.started();
+        let trace = request.trace.clone();
+        if let Some(trace) = &trace {
+            self.record_start(trace, &request, arrived);
+        }
+        let mut compute = None;
         let (result, queue) = match (&self.strategy, self.signature.check_request(&request)) {
             (_, Err(e)) => (Err(e), Default::default()),
             (Strategy::Direct(pool), Ok(())) => {
@@ -36,6 +41,7 @@ impl Scheduler {
                 if let (Ok(_), Some(timing)) = (&execution.result, execution.timing) {
                     self.stats.executed(batch_size, &timing);
                 }
+                compute = execution.timing;
                 (execution.result, execution.queue)
             }
             (Strategy::Sequence(sequencer, _), Ok(())) => {
@@ -43,6 +49,7 @@ impl Scheduler {
                 let batch_size = self.batch_size(&request);
                 request.responder = Some(responder.clone());
                 let answer = sequencer.submit(request, batch_size).await;
+                compute = answer.compute;
                 (answer.result, answer.queue)
             }
             (Strategy::Ensemble(ensemble), Ok(())) => {
@@ -55,6 +62,11 @@ impl Scheduler {
             }
         };
         self.stats.finished(result.is_ok(), arrived.elapsed(), queue);
+        if let Some(trace) = trace {
+            // The model's `execute` has returned; responses it sends later are the frontend's to note.
+            super::record_compute(&trace, compute.as_ref(), arrived + queue, Instant::now());
+            trace.timestamp("REQUEST_END", Instant::now());
+        }
         if let Err(e) = result {
             responder.fail(e).await;
         }

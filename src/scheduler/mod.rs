@@ -122,9 +122,7 @@ impl Scheduler {
         self.stats.started();
         let trace = request.trace.clone();
         if let Some(trace) = &trace {
-            trace.start(&self.name, self.version, &request.id, arrived);
-            trace.timestamp("QUEUE_START", arrived);
-            trace.tensors("TENSOR_QUEUE_INPUT", &request.inputs);
+            self.record_start(trace, &request, arrived);
         }
         let outcome = match &self.cache {
             Some(cache) => self.run_cached(cache, request, arrived).await,
@@ -133,10 +131,20 @@ impl Scheduler {
         let computed = Instant::now();
         self.stats.finished(outcome.result.is_ok(), arrived.elapsed(), outcome.queue);
         if let Some(trace) = trace {
-            record_compute(&trace, &outcome, arrived, computed);
+            record_compute(&trace, outcome.compute.as_ref(), arrived + outcome.queue, computed);
+            if let Ok(response) = &outcome.result {
+                trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
+            }
             trace.timestamp("REQUEST_END", Instant::now());
         }
         outcome.result
+    }
+
+    /// Records in a request's trace that it reached this scheduler at `arrived` and was queued.
+    fn record_start(&self, trace: &trace::Trace, request: &InferenceRequest, arrived: Instant) {
+        trace.start(&self.name, self.version, &request.id, arrived);
+        trace.timestamp("QUEUE_START", arrived);
+        trace.tensors("TENSOR_QUEUE_INPUT", &request.inputs);
     }
 
     /// Answers from `cache` when it holds the answer (a hit spends no time queued), else runs the request
@@ -297,20 +305,14 @@ impl<T> Outcome<T> {
     }
 }
 
-/// Records a request's execution in its trace: the compute timestamps when an instance executed it
-/// (`compute` ends at `computed`), and its outputs.
-fn record_compute(trace: &trace::Trace, outcome: &Outcome<InferenceResponse>, arrived: Instant, computed: Instant) {
-    if let Some(timing) = &outcome.compute {
-        let started = arrived + outcome.queue;
+/// Records in a request's trace the compute timestamps of its execution, when an instance executed it
+/// (`compute`, which started at `started` and ended by `computed`).
+fn record_compute(trace: &trace::Trace, compute: Option<&Timing>, started: Instant, computed: Instant) {
+    if let Some(timing) = compute {
         let input_end = started + timing.compute_input;
         trace.timestamp("COMPUTE_START", started);
         trace.timestamp("COMPUTE_INPUT_END", input_end.min(computed));
         trace.timestamp("COMPUTE_OUTPUT_START", (input_end + timing.compute_infer).min(computed));
-    }
-    if let Ok(response) = &outcome.result {
-        trace.tensors("TENSOR_BACKEND_OUTPUT", &response.outputs);
-    }
-    if outcome.compute.is_some() {
         trace.timestamp("COMPUTE_END", computed);
     }
 }

@@ -170,7 +170,12 @@ impl GrpcInferenceService for GrpcService {
         &self,
         requests: Request<Streaming<ModelInferRequest>>,
     ) -> Rpc<Self::ModelStreamInferStream> {
-        Ok(Response::new(Box::pin(stream::responses(self.service.clone(), requests.into_inner()))))
+        // The stream's headers are kept only while tracing is on (for a client's `traceparent`).
+        let headers = match tracer().is_on() {
+            true => requests.metadata().as_ref().clone(),
+            false => Default::default(),
+        };
+        Ok(Response::new(Box::pin(stream::responses(self.service.clone(), requests.into_inner(), headers))))
     }
 
     async fn model_statistics(&self, request: Request<ModelStatisticsRequest>) -> Rpc<ModelStatisticsResponse> {

@@ -22,12 +22,15 @@ use tonic::{Status, Streaming};
 
 use super::convert;
 use crate::error::Error;
+use crate::frontends::traced::{self, Wire};
 use crate::inference::Streamed;
+use crate::observability::trace::Trace;
 use crate::proto::inference::{
     infer_parameter, InferParameter, ModelInferRequest, ModelInferResponse, ModelStreamInferResponse,
 };
 use crate::service::Service;
 use crate::shared_memory::OutputPlace;
+use axum::http::HeaderMap;
 
 /// Requests of one stream answered at once, at most.
 const IN_FLIGHT: usize = 64;
@@ -37,14 +40,20 @@ const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
 
 /// The response stream of the request stream `requests`. A transport error on the request stream (the client
 /// went away, a malformed message) ends it.
+/// `headers` are the stream's, for a client's `traceparent`.
 pub fn responses(
     service: Arc<Service>,
     requests: Streaming<ModelInferRequest>,
+    headers: HeaderMap,
 ) -> impl Stream<Item = Result<ModelStreamInferResponse, Status>> + Send {
-    requests
-        .take_while(|request| future::ready(request.is_ok()))
-        .filter_map(|request| future::ready(request.ok()))
-        .map(move |request| answer(service.clone(), request))
+    let headers = Arc::new(headers);
+    traced::arrivals(requests)
+        .take_while(|(request, _)| future::ready(request.is_ok()))
+        .filter_map(|(request, arrived)| future::ready(request.ok().map(|request| (request, arrived))))
+        .map(move |(request, arrived)| {
+            let trace = traced::sample(&request.model_name, &headers, arrived, Wire::Grpc);
+            answer(service.clone(), request, trace)
+        })
         .buffered(IN_FLIGHT)
         .flatten_unordered(IN_FLIGHT)
         .map(Ok)
@@ -52,7 +61,11 @@ pub fn responses(
 
 /// The stream messages answering one request. For a model that is not decoupled this waits for the answer,
 /// which keeps such answers in request order; for a decoupled one it returns at once.
-async fn answer(service: Arc<Service>, request: ModelInferRequest) -> BoxStream<'static, ModelStreamInferResponse> {
+async fn answer(
+    service: Arc<Service>,
+    request: ModelInferRequest,
+    trace: Option<Trace>,
+) -> BoxStream<'static, ModelStreamInferResponse> {
     let identity = ModelInferResponse {
         id: request.id.clone(),
         model_name: request.model_name.clone(),
@@ -60,21 +73,24 @@ async fn answer(service: Arc<Service>, request: ModelInferRequest) -> BoxStream<
         ..Default::default()
     };
     let empty_final = wants_empty_final(&request);
-    let opened = convert::request_from_proto(request, service.shared_memory())
-        .and_then(|(request, places)| Ok((service.infer_stream(request)?, places)));
+    let opened = convert::request_from_proto(request, service.shared_memory()).and_then(|(mut request, places)| {
+        request.trace = trace.clone();
+        Ok((service.infer_stream(request)?, places))
+    });
     let (answers, places) = match opened {
         Ok(opened) => opened,
-        Err(e) => return stream::iter([failed(identity, e, true)]).boxed(),
+        Err(e) => return traced::sending(stream::iter([failed(identity, e, true)]).boxed(), trace),
     };
     let mut messages = answers
         .messages
         .filter_map(move |streamed| future::ready(message(streamed, &identity, empty_final, &places)))
         .boxed();
     if answers.decoupled {
-        return messages;
+        return traced::sending(messages, trace);
     }
     let only = messages.next().await;
-    stream::iter(only).boxed()
+    traced::answered(&trace);
+    traced::sending(stream::iter(only).boxed(), trace)
 }
 
 /// The stream message for one response (`None`: a bare final flag nobody asked to see); outputs with a
