@@ -2,10 +2,11 @@
 //! (`HTTP_RECV_*`, `GRPC_WAITREAD_*`), when its answer was complete (`INFER_RESPONSE_COMPLETE`), and when
 //! the response started and finished going out (`*_SEND_START`, `*_SEND_END`).
 //!
-//! Both routers carry one layer (`layer`): while any scope traces it notes each request's arrival in the
-//! request's extensions, and it sends a traced response's body through `TracedBody`, which notes when the
-//! body has gone. With tracing off the layer costs a request one atomic load and one empty extension
-//! lookup. On a gRPC stream, `arrivals` notes when each message was waited for and came, and `sending`
+//! Both servers put one layer (`layer`) around their router: while any scope traces it notes each
+//! request's arrival in the request's extensions, and it sends a traced response's body through
+//! `TracedBody`, which notes when the body has gone. With tracing off the layer costs a request one atomic
+//! load and one empty extension lookup (it wraps the whole router, not each route, which would box every
+//! call once more). On a gRPC stream, `arrivals` notes when each message was waited for and came, and `sending`
 //! when a request's responses started to leave and when the last had gone.
 
 use std::pin::Pin;
@@ -13,8 +14,7 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::Request;
-use axum::http::HeaderMap;
+use axum::http::{self, HeaderMap};
 use axum::response::Response;
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream};
@@ -55,14 +55,16 @@ pub struct Sending {
     wire: Wire,
 }
 
-type Layer = Stack<MapRequestLayer<fn(Request) -> Request>, MapResponseLayer<fn(Response) -> Response>>;
+type Layer<B> =
+    Stack<MapRequestLayer<fn(http::Request<B>) -> http::Request<B>>, MapResponseLayer<fn(Response) -> Response>>;
 
-/// The layer both routers carry.
-pub fn layer() -> Layer {
-    Stack::new(MapRequestLayer::new(note_arrival as fn(Request) -> Request), MapResponseLayer::new(send_traced as _))
+/// The layer around both routers (`B`: the server's request body).
+pub fn layer<B>() -> Layer<B> {
+    let note: fn(http::Request<B>) -> http::Request<B> = note_arrival;
+    Stack::new(MapRequestLayer::new(note), MapResponseLayer::new(send_traced as _))
 }
 
-fn note_arrival(mut request: Request) -> Request {
+fn note_arrival<B>(mut request: http::Request<B>) -> http::Request<B> {
     if tracer().is_on() {
         request.extensions_mut().insert(Arrived { head: Instant::now(), body: None });
     }

@@ -27,6 +27,7 @@ use bytes::Bytes;
 use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
+use tower::Layer as _;
 
 use super::restricted::{self, Restrictions};
 use super::traced::{self, Arrived};
@@ -80,7 +81,7 @@ pub fn router(service: Arc<Service>, restrictions: Restrictions) -> Router {
         true => router,
         false => router.layer(middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
-    router.layer(DefaultBodyLimit::max(max_body)).layer(traced::layer()).with_state(service)
+    router.layer(DefaultBodyLimit::max(max_body)).with_state(service)
 }
 
 /// Answers 403 to a request of a restricted category without its header (Triton's message), before its
@@ -147,7 +148,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) {
     let header_timeout = service.http_limits().header_timeout;
-    let service = TowerToHyperService::new(router(service, restrictions));
+    let service = TowerToHyperService::new(traced::layer().layer(router(service, restrictions)));
     let mut builder = http1::Builder::new();
     // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
     // keep-alive connection that stays idle for as long.
