@@ -96,6 +96,12 @@ def serve(tmp_path, receiver, *flags, cache_dir=None):
                   "--trace-config=opentelemetry,resource=test.key=test.value", *flags, cache_dir=cache_dir).wait_live()
 
 
+def connect(server, wire):
+    """The client module for `wire` ("http" or "grpc") and a client of `server` over it."""
+    module = httpclient if wire == "http" else grpcclient
+    return module, module.InferenceServerClient(server.http_url if wire == "http" else server.grpc_url)
+
+
 def events(span):
     return [event.name for event in span.events]
 
@@ -126,8 +132,7 @@ def check_events(spans, wire):
 def test_a_request_is_three_nested_spans_with_tritons_events(tmp_path, receiver, wire):
     server = serve(tmp_path, receiver, "--trace-config=rate=1")
     try:
-        module = httpclient if wire == "http" else grpcclient
-        client = module.InferenceServerClient(server.http_url if wire == "http" else server.grpc_url)
+        module, client = connect(server, wire)
         client.infer("simple", add_sub_inputs(module, DATA), request_id="r1")
         spans = receiver.wait(3)
         assert sorted(span.name for span in spans) == ["InferRequest", "compute", "simple"]
@@ -209,8 +214,7 @@ def test_a_bls_call_hangs_under_the_calling_models_span(tmp_path, receiver, comp
 def test_a_clients_traceparent_is_continued_whatever_the_rate(tmp_path, receiver, wire):
     server = serve(tmp_path, receiver, "--trace-config=rate=0")
     try:
-        module = httpclient if wire == "http" else grpcclient
-        client = module.InferenceServerClient(server.http_url if wire == "http" else server.grpc_url)
+        module, client = connect(server, wire)
         client.infer("simple", add_sub_inputs(module, DATA))
         client.infer("simple", add_sub_inputs(module, DATA), headers={"traceparent": TRACEPARENT})
         spans = receiver.wait(3)
