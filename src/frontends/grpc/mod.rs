@@ -22,6 +22,7 @@ use hyper::server::conn::http2;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
+use tower::Layer as _;
 
 use super::restricted::{self, Restrictions};
 use super::traced::{self, Arrived, Wire};
@@ -58,8 +59,7 @@ pub async fn serve(
             .into_axum_router()
             .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
-    let router = router.layer(traced::layer());
-    let service = TowerToHyperService::new(router);
+    let service = TowerToHyperService::new(traced::layer().layer(router));
     let mut builder = http2::Builder::new(InlineFirst);
     builder
         .timer(TokioTimer::new())

@@ -2,8 +2,8 @@
 //! received and answered by a frontend (`HTTP_RECV_START` … `HTTP_SEND_END`, `GRPC_WAITREAD_START` …
 //! `GRPC_SEND_END`), reached the scheduler, were queued, computed and ended (`REQUEST_START`,
 //! `QUEUE_START`, `COMPUTE_START`, `COMPUTE_INPUT_END`, `COMPUTE_OUTPUT_START`, `COMPUTE_END`,
-//! `REQUEST_END`), and at the TENSORS level their input and output tensors. A request an ensemble step makes
-//! is traced as a child of the ensemble's (`parent_id`).
+//! `REQUEST_END`), and at the TENSORS level their input and output tensors. A request an ensemble step or a
+//! BLS call makes is traced as a child of the request it was made for (`parent_id`).
 //!
 //! A frontend samples a client's request by its model's settings; the trace travels with the request and
 //! is finished when its last holder lets it go. Where the records go is the mode: Triton's JSON trace file
