@@ -202,6 +202,25 @@ def test_grpc_requests_streams_and_ensemble_steps_are_traced(tmp_path):
                               "INFER_RESPONSE_COMPLETE", "GRPC_SEND_START", "GRPC_SEND_END"], "an ensemble computes nothing itself"
 
 
+def test_generate_requests_are_traced(tmp_path):
+    trace_file = tmp_path / "trace.json"
+    server = Server([repo(tmp_path / "repo")], tmp_path, "--trace-config=level=TIMESTAMPS", "--trace-config=rate=1",
+                    f"--trace-config=triton,file={trace_file}").wait_live()
+    try:
+        for path, request_id in (("generate", "single"), ("generate_stream", "streamed")):
+            body = {"id": request_id, "INPUT0": list(range(16)), "INPUT1": [1] * 16}
+            answered = requests.post(server.url(f"/v2/models/simple/{path}"), json=body, timeout=10)
+            assert answered.status_code == 200, answered.text
+    finally:
+        assert server.stop() == 0
+    written = records(trace_file)
+    openings = {r["request_id"]: r["id"] for r in written if "model_name" in r}
+    assert [name for name, _ in timestamps(written, openings["single"])] == HTTP_STEPS
+    streamed = timestamps(written, openings["streamed"])
+    assert [name for name, _ in streamed] == [name for name in HTTP_STEPS if name != "INFER_RESPONSE_COMPLETE"]
+    assert [ns for _, ns in streamed] == sorted(ns for _, ns in streamed)
+
+
 @pytest.mark.parametrize("flag, says", [
     ("--trace-config=opentelemetry,resource=service.name", "expected resource=<key>=<value>"),
     ("--trace-config=mode=zipkin", "the mode is 'triton' or 'opentelemetry'"),

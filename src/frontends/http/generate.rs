@@ -19,7 +19,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
+use axum::{Extension, Json};
 use bytes::Bytes;
 use futures_util::stream::{self, BoxStream};
 use futures_util::{future, StreamExt};
@@ -29,54 +29,84 @@ use super::decoded_body;
 use super::infer::parameter_from_json;
 use super::json_data::{self, JsonData};
 use crate::error::{Error, Result};
+use crate::frontends::traced::{self, Arrived, Wire};
 use crate::inference::{InferenceRequest, InferenceResponse, Streamed};
 use crate::service::{Service, TensorMetadata};
 use crate::tensor::{DataType, Tensor};
 
 type Ctx = State<Arc<Service>>;
 
-pub async fn generate(ctx: Ctx, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(ctx, model, String::new(), headers, body, false).await
+type Arrival = Option<Extension<Arrived>>;
+
+pub async fn generate(
+    ctx: Ctx,
+    Path(model): Path<String>,
+    arrived: Arrival,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, String::new(), arrived, headers, body, false).await
 }
 
 pub async fn generate_version(
     ctx: Ctx,
     Path((model, version)): Path<(String, String)>,
+    arrived: Arrival,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(ctx, model, version, headers, body, false).await
+    handle(ctx, model, version, arrived, headers, body, false).await
 }
 
-pub async fn generate_stream(ctx: Ctx, Path(model): Path<String>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(ctx, model, String::new(), headers, body, true).await
+pub async fn generate_stream(
+    ctx: Ctx,
+    Path(model): Path<String>,
+    arrived: Arrival,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    handle(ctx, model, String::new(), arrived, headers, body, true).await
 }
 
 pub async fn generate_stream_version(
     ctx: Ctx,
     Path((model, version)): Path<(String, String)>,
+    arrived: Arrival,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(ctx, model, version, headers, body, true).await
+    handle(ctx, model, version, arrived, headers, body, true).await
 }
 
+/// Answers one `generate` or (`stream`) `generate_stream` request, traced like an `infer` (a stream's
+/// response is sent when its last event has gone).
 async fn handle(
     State(ctx): Ctx,
     model: String,
     version: String,
+    arrived: Arrival,
     headers: HeaderMap,
     body: Bytes,
     stream: bool,
 ) -> Response {
+    let trace = traced::sample(&model, &headers, arrived.map(|Extension(arrived)| arrived), Wire::Http);
     let opened = decoded_body(&headers, body, ctx.http_limits().max_input_size)
         .and_then(|body| decode_request(&ctx, model, version, &body))
-        .and_then(|request| ctx.infer_stream(request));
-    match opened {
+        .and_then(|mut request| {
+            request.trace = trace.clone();
+            ctx.infer_stream(request)
+        });
+    let mut response = match opened {
         Ok(answers) if stream => events(answers.messages).await,
-        Ok(answers) => single(answers.messages).await,
+        Ok(answers) => {
+            let response = single(answers.messages).await;
+            traced::answered(&trace);
+            response
+        }
         Err(e) => e.into_response(),
-    }
+    };
+    traced::send_with(trace, Wire::Http, response.extensions_mut());
+    response
 }
 
 /// `generate`: the model's one response as a JSON object. A decoupled model that sends more than one (or
