@@ -38,44 +38,26 @@ type Ctx = State<Arc<Service>>;
 
 type Arrival = Option<Extension<Arrived>>;
 
-pub async fn generate(
+/// `generate` (`STREAM` false) or `generate_stream` (true) on the model's newest ready version.
+pub async fn generate<const STREAM: bool>(
     ctx: Ctx,
     Path(model): Path<String>,
     arrived: Arrival,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(ctx, model, String::new(), arrived, headers, body, false).await
+    handle(ctx, model, String::new(), arrived, headers, body, STREAM).await
 }
 
-pub async fn generate_version(
+/// `generate` or `generate_stream` on one version.
+pub async fn generate_version<const STREAM: bool>(
     ctx: Ctx,
     Path((model, version)): Path<(String, String)>,
     arrived: Arrival,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    handle(ctx, model, version, arrived, headers, body, false).await
-}
-
-pub async fn generate_stream(
-    ctx: Ctx,
-    Path(model): Path<String>,
-    arrived: Arrival,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    handle(ctx, model, String::new(), arrived, headers, body, true).await
-}
-
-pub async fn generate_stream_version(
-    ctx: Ctx,
-    Path((model, version)): Path<(String, String)>,
-    arrived: Arrival,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    handle(ctx, model, version, arrived, headers, body, true).await
+    handle(ctx, model, version, arrived, headers, body, STREAM).await
 }
 
 /// Answers one `generate` or (`stream`) `generate_stream` request, traced like an `infer` (a stream's

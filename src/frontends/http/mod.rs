@@ -70,10 +70,10 @@ pub fn router(service: Arc<Service>, restrictions: Restrictions) -> Router {
         .route("/v2/repository/models/{model}/unload", post(repository::unload))
         .route("/v2/models/{model}/infer", post(infer::infer))
         .route("/v2/models/{model}/versions/{version}/infer", post(infer::infer_version))
-        .route("/v2/models/{model}/generate", post(generate::generate))
-        .route("/v2/models/{model}/versions/{version}/generate", post(generate::generate_version))
-        .route("/v2/models/{model}/generate_stream", post(generate::generate_stream))
-        .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate::generate_stream_version))
+        .route("/v2/models/{model}/generate", post(generate::generate::<false>))
+        .route("/v2/models/{model}/versions/{version}/generate", post(generate::generate_version::<false>))
+        .route("/v2/models/{model}/generate_stream", post(generate::generate::<true>))
+        .route("/v2/models/{model}/versions/{version}/generate_stream", post(generate::generate_version::<true>))
         .fallback(routes::not_found)
         .layer(middleware::from_fn_with_state(BodyLimits { max: max_body, timeout: body_timeout }, read_body_in_time));
     // Without restrictions no layer is added, so that requests pay nothing for the feature.
