@@ -9,6 +9,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
 pub use crate::observability::logging::LogFormat;
 use crate::observability::trace;
+use crate::observability::trace::settings::{parse_count, parse_log_frequency, parse_rate};
 pub use crate::repository::ControlMode;
 
 mod compat;
@@ -355,12 +356,12 @@ impl Options {
                     }
                 }
                 ("" | "triton", "level") => levels.push(value.clone()),
-                ("" | "triton", "rate") => settings.rate = number(0, u32::MAX)?,
-                ("" | "triton", "count") => {
-                    settings.count = trace::settings::parse_number(key, value, -1, i32::MAX).map_err(|e| refuse(&e))?
-                }
+                ("" | "triton", "rate") => settings.rate = parse_rate(key, value).map_err(|e| refuse(&e))?,
+                ("" | "triton", "count") => settings.count = parse_count(key, value).map_err(|e| refuse(&e))?,
                 ("triton", "file") => settings.file = value.clone(),
-                ("triton", "log-frequency") => settings.log_frequency = number(0, u32::MAX)?,
+                ("triton", "log-frequency") => {
+                    settings.log_frequency = parse_log_frequency(key, value).map_err(|e| refuse(&e))?
+                }
                 ("opentelemetry", "url") => exporter.url = value.clone(),
                 ("opentelemetry", "resource") => {
                     let (name, text) =

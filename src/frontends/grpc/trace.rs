@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use tonic::Status;
 
-use crate::observability::trace::settings::parse_number;
+use crate::observability::trace::settings::{parse_count, parse_log_frequency, parse_rate};
 use crate::observability::trace::{Change, Level, Mode, Settings};
 use crate::proto::inference::trace_setting_request::SettingValue;
 use crate::proto::inference::trace_setting_response::SettingValue as Answer;
@@ -27,21 +27,23 @@ pub fn trace_change(settings: &HashMap<String, SettingValue>) -> Result<Change, 
     };
     Ok(Change {
         level,
-        rate: number(settings, "trace_rate", 0, u32::MAX)?,
-        count: number(settings, "trace_count", -1, i32::MAX)?,
-        log_frequency: number(settings, "log_frequency", 0, u32::MAX)?,
+        rate: number(settings, "trace_rate", parse_rate)?,
+        count: number(settings, "trace_count", parse_count)?,
+        log_frequency: number(settings, "log_frequency", parse_log_frequency)?,
     })
 }
 
-/// A numeric setting: absent (`None`), cleared by an empty list (`Some(None)`), or its one value in range.
-fn number<T>(settings: &HashMap<String, SettingValue>, key: &str, min: T, max: T) -> Result<Option<Option<T>>, Status>
-where
-    T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
-{
+/// A numeric setting: absent (`None`), cleared by an empty list (`Some(None)`), or its one value, which
+/// `parse` reads.
+fn number<T>(
+    settings: &HashMap<String, SettingValue>,
+    key: &str,
+    parse: fn(&str, &str) -> Result<T, String>,
+) -> Result<Option<Option<T>>, Status> {
     match settings.get(key).map(|setting| setting.value.as_slice()) {
         None => Ok(None),
         Some([]) => Ok(Some(None)),
-        Some([text]) => Ok(Some(Some(parse_number(key, text, min, max).map_err(Status::invalid_argument)?))),
+        Some([text]) => Ok(Some(Some(parse(key, text).map_err(Status::invalid_argument)?))),
         Some(_) => Err(Status::invalid_argument(format!("expect only 1 value for '{key}'"))),
     }
 }

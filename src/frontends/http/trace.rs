@@ -14,7 +14,7 @@ use serde_json::{Map, Value};
 
 use super::{body_object, error_body};
 use crate::error::Error;
-use crate::observability::trace::settings::parse_number;
+use crate::observability::trace::settings::{parse_count, parse_log_frequency, parse_rate};
 use crate::observability::trace::{Change, Level, Mode, Settings};
 use crate::service::{Service, TRACE_FILE_FIXED};
 
@@ -93,21 +93,22 @@ fn trace_change(body: &Map<String, Value>) -> Result<Change, String> {
     };
     Ok(Change {
         level,
-        rate: number(body, "trace_rate", 0, u32::MAX)?,
-        count: number(body, "trace_count", -1, i32::MAX)?,
-        log_frequency: number(body, "log_frequency", 0, u32::MAX)?,
+        rate: number(body, "trace_rate", parse_rate)?,
+        count: number(body, "trace_count", parse_count)?,
+        log_frequency: number(body, "log_frequency", parse_log_frequency)?,
     })
 }
 
-/// A numeric setting: absent (`None`), cleared by `null` (`Some(None)`), or a string holding a value in range.
-fn number<T>(body: &Map<String, Value>, key: &str, min: T, max: T) -> Result<Option<Option<T>>, String>
-where
-    T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
-{
+/// A numeric setting: absent (`None`), cleared by `null` (`Some(None)`), or a string that `parse` reads.
+fn number<T>(
+    body: &Map<String, Value>,
+    key: &str,
+    parse: fn(&str, &str) -> Result<T, String>,
+) -> Result<Option<Option<T>>, String> {
     match body.get(key) {
         None => Ok(None),
         Some(Value::Null) => Ok(Some(None)),
-        Some(Value::String(text)) => Ok(Some(Some(parse_number(key, text, min, max)?))),
+        Some(Value::String(text)) => Ok(Some(Some(parse(key, text)?))),
         Some(other) => Err(format!("'{key}' must be a string, got {other}")),
     }
 }

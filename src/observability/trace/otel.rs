@@ -201,7 +201,7 @@ impl Spans {
     /// Opens the model span at `at`.
     pub fn open_model(&mut self, at: Instant, attributes: Vec<KeyValue>, model: &str) {
         let Some(pipeline) = PIPELINE.get() else { return };
-        let span = self.child_span(&pipeline.tracer, model.to_string(), at, attributes, self.parent.clone());
+        let span = child_span(&pipeline.tracer, model.to_string(), at, attributes, self.parent.clone());
         self.model = Some(span);
     }
 
@@ -219,7 +219,7 @@ impl Spans {
         if name == "COMPUTE_START" {
             if let Some(pipeline) = PIPELINE.get() {
                 let parent = self.model.as_ref().map(|span| span.span_context().clone());
-                self.compute = Some(self.child_span(&pipeline.tracer, "compute".into(), at, Vec::new(), parent));
+                self.compute = Some(child_span(&pipeline.tracer, "compute".into(), at, Vec::new(), parent));
             }
         }
         let span = match name.starts_with("COMPUTE_") {
@@ -238,23 +238,23 @@ impl Spans {
             span.end_with_timestamp(when);
         }
     }
+}
 
-    fn child_span(
-        &self,
-        tracer: &SdkTracer,
-        name: String,
-        at: Instant,
-        attributes: Vec<KeyValue>,
-        parent: Option<SpanContext>,
-    ) -> Span {
-        let parent = parent.map_or_else(Context::new, |span| Context::new().with_remote_span_context(span));
-        tracer
-            .span_builder(name)
-            .with_kind(SpanKind::Server)
-            .with_start_time(super::wall_clock(at))
-            .with_attributes(attributes)
-            .start_with_context(tracer, &parent)
-    }
+/// A span named `name` started at `at`, under `parent` (a root span without one).
+fn child_span(
+    tracer: &SdkTracer,
+    name: String,
+    at: Instant,
+    attributes: Vec<KeyValue>,
+    parent: Option<SpanContext>,
+) -> Span {
+    let parent = parent.map_or_else(Context::new, |span| Context::new().with_remote_span_context(span));
+    tracer
+        .span_builder(name)
+        .with_kind(SpanKind::Server)
+        .with_start_time(super::wall_clock(at))
+        .with_attributes(attributes)
+        .start_with_context(tracer, &parent)
 }
 
 impl Drop for Spans {

@@ -140,7 +140,22 @@ impl Change {
     }
 }
 
-/// Parses one of the numeric settings from its text, in `[min, max]`, with Triton's messages.
+/// The sampling rate from its text: `0..=u32::MAX` (0 traces nothing).
+pub fn parse_rate(name: &str, text: &str) -> Result<u32, String> {
+    parse_number(name, text, 0, u32::MAX)
+}
+
+/// The count of traces left from its text: `-1` (no limit) `..=i32::MAX`.
+pub fn parse_count(name: &str, text: &str) -> Result<i32, String> {
+    parse_number(name, text, -1, i32::MAX)
+}
+
+/// The log frequency from its text: `0..=u32::MAX` (0 writes the file at shutdown).
+pub fn parse_log_frequency(name: &str, text: &str) -> Result<u32, String> {
+    parse_number(name, text, 0, u32::MAX)
+}
+
+/// Parses a numeric setting from its text, in `[min, max]`, with Triton's messages.
 pub fn parse_number<T>(name: &str, text: &str, min: T, max: T) -> Result<T, String>
 where
     T: Copy + std::fmt::Display + Into<i128> + TryFrom<i128>,
@@ -161,12 +176,12 @@ mod tests {
         assert_eq!(Level::from_names(["TIMESTAMPS", "TENSORS"]).unwrap().names(), ["TIMESTAMPS", "TENSORS"]);
         assert_eq!(Level::from_names(["OFF"]).unwrap().names(), ["OFF"]);
         assert!(Level::from_names(["OFF", "TENSORS"]).unwrap_err().contains("only one trace level 'OFF'"));
-        assert_eq!(parse_number::<u32>("trace_rate", "5", 0, u32::MAX), Ok(5));
-        assert_eq!(
-            parse_number::<u32>("trace_rate", "x", 0, u32::MAX).unwrap_err(),
-            "Unable to parse 'trace_rate', got: x"
-        );
-        assert!(parse_number::<i32>("trace_count", "-2", -1, i32::MAX).unwrap_err().contains("out of range [ -1,"));
+        assert_eq!(parse_rate("trace_rate", "5"), Ok(5));
+        assert_eq!(parse_rate("trace_rate", "x").unwrap_err(), "Unable to parse 'trace_rate', got: x");
+        assert!(parse_rate("trace_rate", "-1").unwrap_err().contains("out of range [ 0,"));
+        assert_eq!(parse_count("trace_count", "-1"), Ok(-1));
+        assert!(parse_count("trace_count", "-2").unwrap_err().contains("out of range [ -1,"));
+        assert!(parse_log_frequency("log_frequency", "4294967296").unwrap_err().contains("4294967295 ]"));
     }
 
     #[test]
