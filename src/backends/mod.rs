@@ -8,6 +8,8 @@
 
 mod leftovers;
 pub(crate) mod onnx;
+#[cfg(feature = "torch")]
+mod torch;
 
 pub(crate) mod wasm;
 
@@ -81,10 +83,12 @@ pub enum BackendKind {
     Wasm,
     Python,
     OnnxRuntime,
+    PyTorch,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 3] = [BackendKind::Wasm, BackendKind::Python, BackendKind::OnnxRuntime];
+    pub const ALL: [BackendKind; 4] =
+        [BackendKind::Wasm, BackendKind::Python, BackendKind::OnnxRuntime, BackendKind::PyTorch];
 
     /// The name a config gives the backend (`backend: "..."`).
     pub fn name(self) -> &'static str {
@@ -92,24 +96,38 @@ impl BackendKind {
             BackendKind::Wasm => "wasm",
             BackendKind::Python => "python",
             BackendKind::OnnxRuntime => "onnxruntime",
+            BackendKind::PyTorch => "pytorch",
         }
     }
 
-    /// The backend a config asks for, by its `backend` or (ONNX) its `platform`; `None` when it names
-    /// one this server does not run, or none.
-    pub fn of(config: &ModelConfig) -> Option<Self> {
-        if config.platform == ONNX_PLATFORM {
-            return Some(BackendKind::OnnxRuntime);
+    /// The `platform` Triton gives the backend's models, for the backends that have one.
+    fn platform(self) -> Option<&'static str> {
+        match self {
+            BackendKind::OnnxRuntime => Some(ONNX_PLATFORM),
+            BackendKind::PyTorch => Some(PYTORCH_PLATFORM),
+            BackendKind::Wasm | BackendKind::Python => None,
         }
-        Self::ALL.into_iter().find(|kind| kind.name() == config.backend)
+    }
+
+    /// The backend a config asks for, by its `backend` or its `platform`; `None` when it names one this
+    /// server does not run, or none.
+    pub fn of(config: &ModelConfig) -> Option<Self> {
+        Self::ALL.into_iter().find(|kind| {
+            kind.name() == config.backend || (!config.platform.is_empty() && kind.platform() == Some(&config.platform))
+        })
     }
 
     /// The backend that the model file in `version_dir` implies, for a config that names none.
     fn implied_by_files(version_dir: &Path) -> Option<Self> {
-        [("model.onnx", BackendKind::OnnxRuntime), ("model.wasm", BackendKind::Wasm), ("model.py", BackendKind::Python)]
-            .into_iter()
-            .find(|(file, _)| model_files::is_regular_file(&version_dir.join(file)))
-            .map(|(_, kind)| kind)
+        [
+            ("model.onnx", BackendKind::OnnxRuntime),
+            ("model.pt", BackendKind::PyTorch),
+            ("model.wasm", BackendKind::Wasm),
+            ("model.py", BackendKind::Python),
+        ]
+        .into_iter()
+        .find(|(file, _)| model_files::is_regular_file(&version_dir.join(file)))
+        .map(|(_, kind)| kind)
     }
 }
 
@@ -120,8 +138,9 @@ fn setup_cache_file(relative: &str) -> Option<PathBuf> {
     exe.ancestors().map(|dir| dir.join(".cache").join(relative)).find(|candidate| candidate.is_file())
 }
 
-/// The platform name Triton gives ONNX Runtime models.
+/// The platform names Triton gives ONNX Runtime and PyTorch models.
 const ONNX_PLATFORM: &str = "onnxruntime_onnx";
+const PYTORCH_PLATFORM: &str = "pytorch_libtorch";
 
 impl Runtimes {
     /// Creates every backend kind's runtime: the WebAssembly engines (compiled plugins cached in
@@ -152,10 +171,11 @@ impl Runtimes {
     /// names everything is left alone.
     pub fn auto_complete(&self, config: &mut ModelConfig, newest: Option<&Path>) -> LoadResult<()> {
         if config.platform.is_empty() && config.backend.is_empty() {
-            match newest.and_then(BackendKind::implied_by_files) {
-                Some(BackendKind::OnnxRuntime) => config.platform = ONNX_PLATFORM.into(),
-                Some(kind) => config.backend = kind.name().into(),
-                None => {}
+            if let Some(kind) = newest.and_then(BackendKind::implied_by_files) {
+                match kind.platform() {
+                    Some(platform) => config.platform = platform.into(),
+                    None => config.backend = kind.name().into(),
+                }
             }
         }
         let Some(dir) = newest else { return Ok(()) };
@@ -170,7 +190,7 @@ impl Runtimes {
                 let (component, mounts) = self.python.component(dir, config)?;
                 self.wasm.auto_complete(config, dir, wasm::ComponentFile::Shared(&component), mounts)
             }
-            None => Ok(()),
+            Some(BackendKind::PyTorch) | None => Ok(()),
         }
     }
 
@@ -193,6 +213,17 @@ impl Runtimes {
                     .into(),
             ),
             Some(BackendKind::OnnxRuntime) => Ok(Arc::new(self.onnx.load(ctx)?)),
+            Some(BackendKind::PyTorch) if crate::model_config::is_decoupled(ctx.config) => Err(
+                "the pytorch backend cannot serve a decoupled model (model_transaction_policy { decoupled: true }): \
+                 a TorchScript module answers each request once"
+                    .into(),
+            ),
+            #[cfg(feature = "torch")]
+            Some(BackendKind::PyTorch) => Ok(Arc::new(torch::load(ctx)?)),
+            #[cfg(not(feature = "torch"))]
+            Some(BackendKind::PyTorch) => Err("this server was built without PyTorch support: build it with \
+                 `cargo build --release --features torch` and libtorch in LIBTORCH (scripts/dev setup does both)"
+                .into()),
             None => {
                 let what = if ctx.config.platform.is_empty() {
                     format!("backend '{}'", ctx.config.backend)
