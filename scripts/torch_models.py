@@ -16,7 +16,6 @@ import pathlib
 import subprocess
 import sys
 import tempfile
-import zipfile
 
 from models import CACHE, REPO, ROOT, SILERO_WHEEL, from_wheel, mlp_weights
 

@@ -10,7 +10,7 @@ use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
-use crate::backends::{ModelCaller, Peers, Runtimes};
+use crate::backends::{ModelCaller, NativePlaces, Peers, Runtimes};
 use crate::cli::{ControlMode, Options};
 use crate::executor::connections::ConnectionLimits;
 use crate::frontends::restricted::{Restrictions, GRPC_HEADER_PREFIX};
@@ -31,8 +31,11 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let grpc_restrictions = Restrictions::parse(&options.grpc_restricted_protocol, GRPC_HEADER_PREFIX, "protocol")
         .map_err(|e| anyhow::anyhow!("--grpc-restricted-protocol: {e}"))?;
     let cache_dir = options.component_cache_dir();
-    let onnx_library = options.backend_setting("onnxruntime", "library").map(PathBuf::from);
-    let python_runtime = options.backend_setting("python", "runtime-dir").map(PathBuf::from);
+    let places = NativePlaces {
+        onnx_library: options.backend_setting("onnxruntime", "library").map(PathBuf::from),
+        torch_library: options.backend_setting("pytorch", "library").map(PathBuf::from),
+        python_runtime: options.backend_setting("python", "runtime-dir").map(PathBuf::from),
+    };
     let complete_configs = options.complete_configs();
     let (mut trace_settings, exporter) = options.trace_settings().map_err(anyhow::Error::msg)?;
     match trace_settings.mode {
@@ -59,7 +62,7 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     let peers = Peers::default();
     let plugin_peers = peers.clone();
     let loader = tokio::task::spawn_blocking(move || -> anyhow::Result<Loader> {
-        let runtimes = Runtimes::new(cache_dir, plugin_peers, onnx_library, python_runtime, complete_configs)?;
+        let runtimes = Runtimes::new(cache_dir, plugin_peers, places, complete_configs)?;
         Ok(Loader { runtime, runtimes, metrics: load_metrics, config_name, cache })
     })
     .await??;

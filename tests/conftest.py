@@ -24,6 +24,8 @@ SPEECH = ROOT / ".cache" / "models" / "speech"
 EXAMPLE_MODELS = json.loads((ROOT / "plugins" / "models.json").read_text())
 # The Python runtime setup builds, where the server finds it.
 PYTHON_RUNTIME = ROOT / ".cache" / "python"
+# The tool setup builds that compiles TorchScript with libtorch (scripts/torchscript.cpp).
+TORCHSCRIPT = ROOT / ".cache" / "torchscript"
 
 # Every KServe data type that tritonclient can send from numpy, with its config name.
 DTYPES = {
@@ -204,7 +206,9 @@ def built():
               *(ROOT / "model_repository" / model / "1/model.onnx"
                 for model in ("simple_onnx", "simple_string", "simple_int8", "orientation", "simple_sequence",
                             "simple_dyna_sequence")),
-              ROOT / "model_repository/orientation_ensemble/labels.txt"]
+              ROOT / "model_repository/orientation_ensemble/labels.txt", TORCHSCRIPT,
+              *(ROOT / "model_repository" / model / "1/model.pt"
+                for model in ("add_sub_torch", "mlp_torch", "silero_vad_torch"))]
     missing = [p for p in needed if not p.exists()]
     if missing:
         pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)

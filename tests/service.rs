@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
-use tessera::backends::{Instance, Peers, Runtimes};
+use tessera::backends::{Instance, NativePlaces, Peers, Runtimes};
 use tessera::executor::connections::ConnectionLimits;
 use tessera::frontends::{grpc, http};
 use tessera::inference::InferenceRequest;
@@ -110,7 +110,7 @@ async fn serve(models: Vec<(&str, Vec<Box<dyn Instance>>)>) -> TestServer {
         let version = ModelVersion::with_instances(&runtime, &metrics, config.clone(), 1, instances).unwrap();
         repository.put(ModelRecord::serving(std::path::Path::new(""), config, [Arc::new(version)]));
     }
-    let runtimes = Runtimes::new(None, Peers::default(), None, None, true).unwrap();
+    let runtimes = Runtimes::new(None, Peers::default(), NativePlaces::default(), true).unwrap();
     let loader = Loader { runtime, runtimes, metrics: Arc::new(metrics), config_name: None, cache: None };
     let control = Arc::new(ModelControl::new(ControlMode::Explicit, Vec::new(), loader, repository.clone(), 4));
     let limits = HttpLimits {

@@ -8,7 +8,6 @@
 
 mod leftovers;
 pub(crate) mod onnx;
-#[cfg(feature = "torch")]
 mod torch;
 
 pub(crate) mod wasm;
@@ -69,12 +68,25 @@ pub struct LoadContext<'a> {
 pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
+    pub torch: torch::TorchRuntime,
     /// Where Python models' runtime is.
     pub python: wasm::python::PythonRuntime,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
     pub complete_configs: bool,
     /// The server's models, for code that calls them (plugins' BLS, ensembles' steps).
     pub peers: Peers,
+}
+
+/// Where the backends' run-time pieces are, as `--backend-config` gives them (`None`: look where each
+/// backend looks by default).
+#[derive(Clone, Debug, Default)]
+pub struct NativePlaces {
+    /// `--backend-config=onnxruntime,library=PATH`
+    pub onnx_library: Option<PathBuf>,
+    /// `--backend-config=pytorch,library=PATH`
+    pub torch_library: Option<PathBuf>,
+    /// `--backend-config=python,runtime-dir=PATH`
+    pub python_runtime: Option<PathBuf>,
 }
 
 /// The backends this server runs, by the names configs give them.
@@ -144,21 +156,20 @@ const PYTORCH_PLATFORM: &str = "pytorch_libtorch";
 
 impl Runtimes {
     /// Creates every backend kind's runtime: the WebAssembly engines (compiled plugins cached in
-    /// `cache_dir`; plugins reach other models through `peers`), ONNX Runtime (its library at
-    /// `onnx_library`, else found as `onnx::OnnxRuntime` says) and the Python runtime (in `python_runtime`,
-    /// else found as `wasm::python::PythonRuntime` says). `complete_configs`: auto-complete configs from the models.
+    /// `cache_dir`; plugins reach other models through `peers`), and ONNX Runtime, the PyTorch library and the
+    /// Python runtime where `places` says, else found as each runtime says. `complete_configs`: auto-complete
+    /// configs from the models.
     pub fn new(
         cache_dir: Option<PathBuf>,
         peers: Peers,
-        onnx_library: Option<PathBuf>,
-        python_runtime: Option<PathBuf>,
+        places: NativePlaces,
         complete_configs: bool,
     ) -> anyhow::Result<Self> {
-        let python = wasm::python::PythonRuntime::new(python_runtime);
         Ok(Runtimes {
             wasm: wasm::WasmRuntime::new(cache_dir, peers.clone()).context("cannot create the WebAssembly engine")?,
-            onnx: onnx::OnnxRuntime::new(onnx_library),
-            python,
+            onnx: onnx::OnnxRuntime::new(places.onnx_library),
+            torch: torch::TorchRuntime::new(places.torch_library),
+            python: wasm::python::PythonRuntime::new(places.python_runtime),
             complete_configs,
             peers,
         })
@@ -218,12 +229,7 @@ impl Runtimes {
                  a TorchScript module answers each request once"
                     .into(),
             ),
-            #[cfg(feature = "torch")]
-            Some(BackendKind::PyTorch) => Ok(Arc::new(torch::load(ctx)?)),
-            #[cfg(not(feature = "torch"))]
-            Some(BackendKind::PyTorch) => Err("this server was built without PyTorch support: build it with \
-                 `cargo build --release --features torch` and libtorch in LIBTORCH (scripts/dev setup does both)"
-                .into()),
+            Some(BackendKind::PyTorch) => Ok(Arc::new(self.torch.load(ctx)?)),
             None => {
                 let what = if ctx.config.platform.is_empty() {
                     format!("backend '{}'", ctx.config.backend)

@@ -5,24 +5,12 @@
 //! names when every input is one (FORWARD_ARGUMENT), else by the `<name>__<index>` suffix when every input
 //! has one (NAMED_INDEX), else in config order (STRICT_CONFIG_ORDERING). Outputs: by the `__<index>`
 //! suffix when every output has one, else in config order, as positions in the tuple (or list) `forward`
-//! returns. The argument list is read by the C++ shim (`shim.cpp`), which `tch` has no call for.
+//! returns. The libtorch side reads the argument list (`Torch::forward_arguments`).
 
 use std::collections::HashMap;
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::Path;
 
 use crate::error::LoadResult;
 use crate::model_config::ModelConfig;
-
-extern "C" {
-    fn tessera_torch_forward_arguments(
-        path: *const c_char,
-        data: *mut c_void,
-        argument: extern "C" fn(*mut c_void, *const c_char, c_char, *const c_char),
-        error: *mut c_char,
-        error_len: usize,
-    ) -> i32;
-}
 
 /// One argument of `forward`: its name, its kind (`T` tensor, `L` list, `D` dictionary, `O` other) and its
 /// type as TorchScript writes it.
@@ -31,35 +19,6 @@ pub struct Argument {
     pub name: String,
     pub kind: char,
     pub type_name: String,
-}
-
-/// The arguments of `forward` of the TorchScript module at `path`, `self` left out.
-pub fn forward_arguments(path: &Path) -> Result<Vec<Argument>, String> {
-    extern "C" fn collect(data: *mut c_void, name: *const c_char, kind: c_char, type_name: *const c_char) {
-        // SAFETY: `data` is the Vec passed below, alive for the whole call; the shim passes NUL-terminated
-        // strings that live until this returns.
-        let arguments = unsafe { &mut *(data as *mut Vec<Argument>) };
-        let text = |s: *const c_char| unsafe { CStr::from_ptr(s) }.to_string_lossy().into_owned();
-        arguments.push(Argument { name: text(name), kind: kind as u8 as char, type_name: text(type_name) });
-    }
-    let path = CString::new(path.as_os_str().as_encoded_bytes()).map_err(|_| "the path holds a NUL byte")?;
-    let mut arguments: Vec<Argument> = Vec::new();
-    let mut error = vec![0u8; 1024];
-    // SAFETY: every pointer is valid for the call; the shim writes at most `error.len()` bytes, NUL included.
-    let status = unsafe {
-        tessera_torch_forward_arguments(
-            path.as_ptr(),
-            &mut arguments as *mut Vec<Argument> as *mut c_void,
-            collect,
-            error.as_mut_ptr() as *mut c_char,
-            error.len(),
-        )
-    };
-    if status != 0 {
-        let message = CStr::from_bytes_until_nul(&error).map(|m| m.to_string_lossy().into_owned());
-        return Err(message.unwrap_or_default());
-    }
-    Ok(arguments)
 }
 
 /// How requests' inputs become `forward`'s arguments.

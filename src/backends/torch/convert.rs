@@ -1,70 +1,61 @@
-//! Tensors between the server's form (KServe type, shape, little-endian bytes) and libtorch's, for the
-//! element types Triton's PyTorch backend maps: BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 and
-//! BF16. Libtorch has no unsigned types wider than a byte and BYTES tensors are not tensors to it.
+//! Tensors between the server's form (KServe type, shape, little-endian bytes) and the `TensorView`s the
+//! libtorch side takes and lends, for the element types Triton's PyTorch backend maps: BOOL, UINT8, INT8,
+//! INT16, INT32, INT64, FP16, FP32, FP64 and BF16. Libtorch has no unsigned types wider than a byte, and
+//! BYTES tensors are not tensors to it.
 //!
-//! Both directions copy the elements once: an input is copied into memory libtorch owns, because a module may
-//! keep a view of its input past the call (a stateful module stores one in an attribute), which must not
-//! point into a request that is gone.
+//! An input is lent as it is (the libtorch side copies it into memory of its own); an output is copied out
+//! of the view it is lent as, once.
 
 use bytes::Bytes;
-use tch::Kind;
 
+use super::library::TensorView;
 use crate::tensor::{DataType, Tensor};
 
-/// The libtorch element type of a server type, if there is one.
-pub fn kind_of(datatype: DataType) -> Option<Kind> {
-    Some(match datatype {
-        DataType::Bool => Kind::Bool,
-        DataType::Uint8 => Kind::Uint8,
-        DataType::Int8 => Kind::Int8,
-        DataType::Int16 => Kind::Int16,
-        DataType::Int32 => Kind::Int,
-        DataType::Int64 => Kind::Int64,
-        DataType::Fp16 => Kind::Half,
-        DataType::Fp32 => Kind::Float,
-        DataType::Fp64 => Kind::Double,
-        DataType::Bf16 => Kind::BFloat16,
-        DataType::Uint16 | DataType::Uint32 | DataType::Uint64 | DataType::Bytes => return None,
+/// Each type with its c10 ScalarType number, the codes of the contract with native/torch.
+const CODES: [(DataType, i32); 10] = [
+    (DataType::Uint8, 0),
+    (DataType::Int8, 1),
+    (DataType::Int16, 2),
+    (DataType::Int32, 3),
+    (DataType::Int64, 4),
+    (DataType::Fp16, 5),
+    (DataType::Fp32, 6),
+    (DataType::Fp64, 7),
+    (DataType::Bool, 11),
+    (DataType::Bf16, 15),
+];
+
+/// Whether libtorch has this type.
+pub fn is_supported(datatype: DataType) -> bool {
+    CODES.iter().any(|(t, _)| *t == datatype)
+}
+
+/// `tensor` lent as a view; it borrows the tensor's shape and bytes, so it must not outlive it.
+pub fn view(tensor: &Tensor) -> Result<TensorView, String> {
+    let dtype =
+        CODES.iter().find(|(t, _)| *t == tensor.datatype).map(|(_, code)| *code).ok_or_else(|| {
+            format!("input '{}' is {}, which PyTorch models cannot take", tensor.name, tensor.datatype)
+        })?;
+    Ok(TensorView {
+        dtype,
+        ndim: tensor.shape.len(),
+        shape: tensor.shape.as_ptr(),
+        data: tensor.data.as_ptr(),
+        len: tensor.data.len(),
     })
 }
 
-/// The server type of a libtorch element type, if there is one.
-pub fn datatype_of(kind: Kind) -> Option<DataType> {
-    [
-        DataType::Bool,
-        DataType::Uint8,
-        DataType::Int8,
-        DataType::Int16,
-        DataType::Int32,
-        DataType::Int64,
-        DataType::Fp16,
-        DataType::Fp32,
-        DataType::Fp64,
-        DataType::Bf16,
-    ]
-    .into_iter()
-    .find(|&datatype| kind_of(datatype) == Some(kind))
-}
-
-/// A libtorch tensor holding a copy of `tensor`'s elements under its shape (checked against its size
-/// before a request reaches a backend).
-pub fn to_torch(tensor: &Tensor) -> Result<tch::Tensor, String> {
-    let kind = kind_of(tensor.datatype)
-        .ok_or_else(|| format!("input '{}' is {}, which PyTorch models cannot take", tensor.name, tensor.datatype))?;
-    tch::Tensor::f_from_data_size(&tensor.data, &tensor.shape, kind)
-        .map_err(|e| format!("input '{}': {e}", tensor.name))
-}
-
-/// `value` as the output `name`: its elements copied out in row-major order.
-pub fn from_torch(name: &str, value: &tch::Tensor) -> Result<Tensor, String> {
-    let kind = value.f_kind().map_err(|e| format!("output '{name}': {e}"))?;
-    let datatype = datatype_of(kind)
-        .ok_or_else(|| format!("output '{name}' is a {kind:?} tensor, which has no Triton data type"))?;
-    let contiguous = value.f_contiguous().map_err(|e| format!("output '{name}': {e}"))?;
-    let count = contiguous.numel();
-    let mut data = vec![0u8; count * kind.elt_size_in_bytes()];
-    contiguous.f_copy_data_u8(&mut data, count).map_err(|e| format!("output '{name}': {e}"))?;
-    Ok(Tensor { name: name.to_string(), datatype, shape: value.size(), data: Bytes::from(data) })
+/// The output `name` copied out of the view it is lent as.
+pub fn from_view(name: &str, view: &TensorView) -> Result<Tensor, String> {
+    let datatype = CODES.iter().find(|(_, code)| *code == view.dtype).map(|(t, _)| *t);
+    let datatype = datatype.ok_or_else(|| format!("output '{name}' has element type {}", view.dtype))?;
+    // SAFETY: the libtorch side lends `ndim` dims and `len` bytes for the length of this call.
+    let (shape, data) = unsafe {
+        let shape = std::slice::from_raw_parts(view.shape, view.ndim).to_vec();
+        let data = if view.len == 0 { Vec::new() } else { std::slice::from_raw_parts(view.data, view.len).to_vec() };
+        (shape, data)
+    };
+    Ok(Tensor { name: name.to_string(), datatype, shape, data: Bytes::from(data) })
 }
 
 #[cfg(test)]
@@ -72,25 +63,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_mapped_type_comes_back_as_itself() {
-        for datatype in [DataType::Bool, DataType::Int32, DataType::Fp16, DataType::Fp64, DataType::Bf16] {
-            let kind = kind_of(datatype).unwrap();
-            assert_eq!(datatype_of(kind), Some(datatype));
-        }
-        assert_eq!(kind_of(DataType::Uint32), None);
-        assert_eq!(kind_of(DataType::Bytes), None);
-    }
-
-    #[test]
-    fn elements_round_trip_through_libtorch() {
+    fn a_view_and_back_is_the_same_tensor() {
         let values: Vec<u8> = [1i32, -2, 3, 4, 5, 6].iter().flat_map(|v| v.to_le_bytes()).collect();
         let tensor =
             Tensor { name: "X".into(), datatype: DataType::Int32, shape: vec![2, 3], data: Bytes::from(values) };
-        let torch = to_torch(&tensor).unwrap();
-        let back = from_torch("Y", &torch.transpose(0, 1).transpose(0, 1)).unwrap();
-        assert_eq!((back.shape, back.data), (tensor.shape, tensor.data));
-        let transposed = from_torch("Y", &torch.transpose(0, 1)).unwrap();
-        assert_eq!(transposed.shape, vec![3, 2]);
-        assert_eq!(&transposed.data[4..8], &4i32.to_le_bytes());
+        let back = from_view("X", &view(&tensor).unwrap()).unwrap();
+        assert_eq!((back.datatype, back.shape, back.data), (tensor.datatype, tensor.shape, tensor.data));
+        assert!(!is_supported(DataType::Uint32) && !is_supported(DataType::Bytes) && is_supported(DataType::Bf16));
     }
 }

@@ -1,70 +1,105 @@
 //! The PyTorch backend (`platform: "pytorch_libtorch"` or `backend: "pytorch"`): TorchScript modules
-//! (`model.pt`) run by libtorch through `tch`. It is compiled with the `torch` feature only, because
-//! libtorch is linked at build time (`LIBTORCH`, which setup fills from the PyPI torch wheel); a server built
-//! without it fails PyTorch models with that reason and serves everything else.
+//! (`model.pt`) run by libtorch. libtorch lives in a library of its own, `libtessera_torch.so` (native/torch,
+//! `tch` behind a small C ABI), which the server opens when the first PyTorch model loads: a server that
+//! serves none pays nothing for libtorch, and without the library (or libtorch) PyTorch models fail to load
+//! with the reason while everything else serves. The library is found from
+//! `--backend-config=pytorch,library=PATH`, else beside the server's executable.
 //!
 //! Triton's PyTorch conventions hold: inputs and outputs meet `forward` as `binding` says; the parameters
 //! `INFERENCE_MODE` (default on), `DISABLE_OPTIMIZED_EXECUTION`, `ENABLE_JIT_PROFILING`,
-//! `ENABLE_TENSOR_FUSER`, `INTRA_OP_THREAD_COUNT` and `INTER_OP_THREAD_COUNT` (both process-wide in
-//! libtorch, so the first model to set one sets it for all). Each instance loads its own module and runs it
-//! on a thread of its own, as ONNX Runtime instances do, because `forward` blocks while it computes.
+//! `ENABLE_TENSOR_FUSER`, `INTRA_OP_THREAD_COUNT` and `INTER_OP_THREAD_COUNT` apply (the thread counts are
+//! process-wide in libtorch, so a model that sets one sets it for all, as in Triton). Each instance loads its
+//! own module and runs it on a thread of its own, as ONNX Runtime instances do, because `forward` blocks while
+//! it computes.
 
 mod binding;
 mod convert;
+mod library;
 
+use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, Once};
+use std::sync::{mpsc, Arc, OnceLock};
 
 use async_trait::async_trait;
-use tch::{CModule, Device, IValue};
 use tokio::sync::oneshot;
 
 use super::{Backend, Instance, LoadContext};
-use crate::error::{Error, LoadResult, Result};
+use crate::error::{Error, LoadError, LoadResult, Result};
 use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::tensor::{DataType, Tensor};
-use binding::{Inputs, Outputs};
+use binding::{Argument, Inputs, Outputs};
+use library::{ForwardError, Module, Torch};
 
-extern "C" {
-    fn tessera_torch_inference_mode(enabled: bool) -> *mut std::ffi::c_void;
-    fn tessera_torch_inference_mode_end(guard: *mut std::ffi::c_void);
+/// The process-wide PyTorch backend: where its library is and, once opened, the library.
+pub struct TorchRuntime {
+    library: Option<PathBuf>,
+    opened: OnceLock<LoadResult<Arc<Torch>>>,
+}
+
+impl TorchRuntime {
+    /// `configured`: the library given with `--backend-config=pytorch,library=PATH`, if any.
+    pub fn new(configured: Option<PathBuf>) -> Self {
+        TorchRuntime { library: library::locate(configured), opened: OnceLock::new() }
+    }
+
+    /// Opens the library on first use; the outcome (or its error) is kept for every later model.
+    fn torch(&self) -> LoadResult<Arc<Torch>> {
+        self.opened
+            .get_or_init(|| {
+                let path = self.library.as_ref().ok_or_else(|| {
+                    LoadError::from(
+                        "the PyTorch backend library libtessera_torch.so was not found beside the server: run \
+                         `scripts/dev setup` (it builds it against libtorch), or pass \
+                         --backend-config=pytorch,library=PATH",
+                    )
+                })?;
+                Ok(Arc::new(Torch::open(path)?))
+            })
+            .clone()
+    }
+
+    /// Loads a TorchScript model version: the file must be a TorchScript module whose `forward` the config's
+    /// inputs and outputs can bind to; BYTES tensors are refused.
+    pub fn load(&self, ctx: &LoadContext<'_>) -> LoadResult<TorchModel> {
+        let path = ctx.version_dir.join(model_config::model_file_name(ctx.config, MODEL_FILE));
+        if !path.is_file() {
+            return Err(format!("model file {} not found", path.display()).into());
+        }
+        refuse_bytes(ctx.config)?;
+        let torch = self.torch()?;
+        let options = Options::from_config(ctx.config, &torch)?;
+        let arguments = torch
+            .forward_arguments(&path)
+            .map_err(|e| format!("cannot load {} as a TorchScript module: {e}", path.display()))?;
+        let arguments: Vec<Argument> =
+            arguments.into_iter().map(|(name, kind, type_name)| Argument { name, kind, type_name }).collect();
+        let (inputs, outputs) = binding::bind(ctx.config, &arguments)?;
+        let state_outputs =
+            ctx.config.sequence_batching().map(|s| s.state.iter().map(|state| state.output_name.clone()));
+        Ok(TorchModel(Arc::new(Shared {
+            torch,
+            path,
+            label: format!("{}:{}", ctx.model, ctx.version),
+            signature: Signature::from_config(ctx.config)?,
+            state_outputs: state_outputs.into_iter().flatten().collect(),
+            inputs,
+            outputs,
+            options,
+        })))
+    }
 }
 
 /// The model file's name unless the config names another.
 const MODEL_FILE: &str = "model.pt";
-
-/// Loads a TorchScript model version: the file must be a TorchScript module whose `forward` the config's
-/// inputs and outputs can bind to; BYTES tensors are refused.
-pub fn load(ctx: &LoadContext<'_>) -> LoadResult<TorchModel> {
-    let path = ctx.version_dir.join(model_config::model_file_name(ctx.config, MODEL_FILE));
-    if !path.is_file() {
-        return Err(format!("model file {} not found", path.display()).into());
-    }
-    refuse_bytes(ctx.config)?;
-    let options = Options::from_config(ctx.config)?;
-    let arguments = binding::forward_arguments(&path)
-        .map_err(|e| format!("cannot load {} as a TorchScript module: {e}", path.display()))?;
-    let (inputs, outputs) = binding::bind(ctx.config, &arguments)?;
-    let state_outputs = ctx.config.sequence_batching().map(|s| s.state.iter().map(|state| state.output_name.clone()));
-    Ok(TorchModel(Arc::new(Shared {
-        path,
-        label: format!("{}:{}", ctx.model, ctx.version),
-        signature: Signature::from_config(ctx.config)?,
-        state_outputs: state_outputs.into_iter().flatten().collect(),
-        inputs,
-        outputs,
-        options,
-    })))
-}
 
 fn refuse_bytes(config: &ModelConfig) -> LoadResult<()> {
     let tensors = (config.input.iter().map(|i| ("input", &i.name, i.data_type)))
         .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type)));
     for (role, name, data_type) in tensors {
         let datatype = DataType::from_config(data_type);
-        if datatype.is_some_and(|t| convert::kind_of(t).is_none()) {
+        if datatype.is_some_and(|t| !convert::is_supported(t)) {
             return Err(format!(
                 "{role} '{name}' is {}: the PyTorch backend takes only tensors of BOOL, UINT8, INT8, INT16, INT32, \
                  INT64, FP16, FP32, FP64 or BF16",
@@ -86,16 +121,13 @@ struct Options {
 }
 
 impl Options {
-    fn from_config(config: &ModelConfig) -> LoadResult<Self> {
+    /// Reads the parameters, setting libtorch's thread counts when the config gives them.
+    fn from_config(config: &ModelConfig, torch: &Torch) -> LoadResult<Self> {
         let flag = |key: &str| model_config::parameter::<bool>(config, key, "true or false");
         let threads = |key: &str| model_config::parameter::<i32>(config, key, "a whole number");
-        static INTRA_OP: Once = Once::new();
-        static INTER_OP: Once = Once::new();
-        if let Some(count) = threads("INTRA_OP_THREAD_COUNT")?.filter(|&n| n > 0) {
-            INTRA_OP.call_once(|| tch::set_num_threads(count));
-        }
-        if let Some(count) = threads("INTER_OP_THREAD_COUNT")?.filter(|&n| n > 0) {
-            INTER_OP.call_once(|| tch::set_num_interop_threads(count));
+        let (intra_op, inter_op) = (threads("INTRA_OP_THREAD_COUNT")?, threads("INTER_OP_THREAD_COUNT")?);
+        if intra_op.is_some() || inter_op.is_some() {
+            torch.set_threads(intra_op.unwrap_or(0), inter_op.unwrap_or(0))?;
         }
         Ok(Options {
             inference_mode: flag("INFERENCE_MODE")?.unwrap_or(true),
@@ -110,6 +142,7 @@ impl Options {
 pub struct TorchModel(Arc<Shared>);
 
 struct Shared {
+    torch: Arc<Torch>,
     path: PathBuf,
     label: String,
     signature: Signature,
@@ -123,8 +156,8 @@ struct Shared {
 #[async_trait]
 impl Backend for TorchModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let module = CModule::load_on_device(&self.0.path, Device::Cpu)
-            .map_err(|e| format!("cannot load {}: {e}", self.0.path.display()))?;
+        let module =
+            self.0.torch.load(&self.0.path).map_err(|e| format!("cannot load {}: {e}", self.0.path.display()))?;
         let (jobs, queue) = mpsc::channel::<Job>();
         let shared = self.0.clone();
         std::thread::Builder::new()
@@ -159,92 +192,82 @@ impl Instance for TorchInstance {
     }
 }
 
-/// The instance thread: holds InferenceMode and the executor's optimisation setting (both thread-local in
-/// libtorch) for its whole life and runs each job's requests until the instance is dropped.
-fn serve(module: CModule, shared: &Shared, queue: mpsc::Receiver<Job>) {
-    // SAFETY: the guard is created and ended on this thread, in that order.
-    let guard = unsafe { tessera_torch_inference_mode(shared.options.inference_mode) };
-    tch::jit::set_graph_executor_optimize(shared.options.optimized_execution);
-    for job in queue {
-        let results = job.requests.iter().map(|r| run(&module, shared, r)).collect();
-        let _ = job.reply.send(results);
+/// The instance thread: runs each job's requests, set up as the model asks (InferenceMode and the executor's
+/// optimisation are thread-local in libtorch), until the instance is dropped.
+fn serve(mut module: Module, shared: &Shared, queue: mpsc::Receiver<Job>) {
+    let options = shared.options;
+    let served = shared.torch.on_model_thread(options.inference_mode, options.optimized_execution, || {
+        for job in queue {
+            let results = job.requests.iter().map(|r| run(&mut module, shared, r)).collect();
+            let _ = job.reply.send(results);
+        }
+    });
+    if let Err(e) = served {
+        tracing::error!("model '{}': {e}", shared.label);
     }
-    // SAFETY: as above.
-    unsafe { tessera_torch_inference_mode_end(guard) };
 }
 
-fn run(module: &CModule, shared: &Shared, request: &InferenceRequest) -> Result<Vec<Tensor>> {
-    let arguments = arguments(shared, request).map_err(Error::invalid)?;
-    if let Some(on) = shared.options.jit_profiling {
-        tch::jit::set_profiling_mode(on);
+fn run(module: &mut Module, shared: &Shared, request: &InferenceRequest) -> Result<Vec<Tensor>> {
+    let options = shared.options;
+    if options.jit_profiling.is_some() || options.tensor_fuser.is_some() {
+        shared.torch.set_jit(options.jit_profiling, options.tensor_fuser).map_err(Error::internal)?;
     }
-    if let Some(on) = shared.options.tensor_fuser {
-        tch::jit::set_tensor_expr_fuser_enabled(on);
-    }
-    let result = tch::no_grad(|| module.forward_is(&arguments))
-        .map_err(|e| Error::internal(format!("PyTorch execute failure: {e}")))?;
-    let values = result_tensors(result).map_err(|e| Error::internal(format!("model '{}': {e}", shared.label)))?;
+    let (names, inputs) = arguments(shared, request).map_err(Error::invalid)?;
+    let views = inputs.iter().map(|tensor| convert::view(tensor)).collect::<std::result::Result<Vec<_>, _>>();
+    let views = views.map_err(Error::invalid)?;
+    let mut values = Vec::new();
+    module.forward(names.as_deref(), &views, |view| values.push(convert::from_view("", view))).map_err(
+        |e| match e {
+            ForwardError::Failed(e) => Error::internal(format!("PyTorch execute failure: {e}")),
+            ForwardError::Result(e) => Error::internal(format!("model '{}': {e}", shared.label)),
+        },
+    )?;
     let wanted = shared.signature.outputs.iter().map(|spec| (&spec.name, Some(spec.datatype)));
     let states = shared.state_outputs.iter().map(|name| (name, None));
-    wanted
-        .chain(states)
-        .map(|(name, datatype)| {
-            let index = shared.outputs[name.as_str()];
-            let value = values.get(index).ok_or_else(|| {
-                Error::internal(format!(
-                    "output '{name}' is element {index} of the model's result, which has {} tensors",
-                    values.len()
-                ))
-            })?;
-            let tensor = convert::from_torch(name, value).map_err(Error::internal)?;
-            match datatype {
-                Some(expected) if expected != tensor.datatype => Err(Error::invalid(format!(
-                    "configuration expects datatype {} for output '{name}', model provides {}",
-                    expected.to_config().as_str_name(),
-                    tensor.datatype.to_config().as_str_name()
-                ))),
-                _ => Ok(tensor),
-            }
-        })
-        .collect()
+    wanted.chain(states).map(|(name, datatype)| output(shared, &values, name, datatype)).collect()
 }
 
-/// `forward`'s arguments for `request`: its inputs as libtorch tensors, bound as the model's convention says.
-fn arguments(shared: &Shared, request: &InferenceRequest) -> std::result::Result<Vec<IValue>, String> {
-    let input = |name: &str| {
-        let tensor =
-            request.inputs.iter().find(|t| t.name == name).ok_or_else(|| format!("input '{name}' is missing"))?;
-        convert::to_torch(tensor)
-    };
-    Ok(match &shared.inputs {
+/// Configured output `name`: the element of the result its binding names, of the type the config says.
+fn output(
+    shared: &Shared,
+    values: &[std::result::Result<Tensor, String>],
+    name: &str,
+    datatype: Option<DataType>,
+) -> Result<Tensor> {
+    let index = shared.outputs[name];
+    let value = values.get(index).ok_or_else(|| {
+        Error::internal(format!(
+            "output '{name}' is element {index} of the model's result, which has {} tensors",
+            values.len()
+        ))
+    })?;
+    let tensor = value.clone().map_err(|e| Error::internal(format!("output '{name}': {e}")))?;
+    let tensor = Tensor { name: name.to_string(), ..tensor };
+    match datatype {
+        Some(expected) if expected != tensor.datatype => Err(Error::invalid(format!(
+            "configuration expects datatype {} for output '{name}', model provides {}",
+            expected.to_config().as_str_name(),
+            tensor.datatype.to_config().as_str_name()
+        ))),
+        _ => Ok(tensor),
+    }
+}
+
+/// The request's inputs in the order `forward` takes them, with their names when it takes one dictionary.
+fn arguments<'r>(
+    shared: &Shared,
+    request: &'r InferenceRequest,
+) -> std::result::Result<(Option<Vec<CString>>, Vec<&'r Tensor>), String> {
+    match &shared.inputs {
         Inputs::Dict => {
-            let entries = request
-                .inputs
-                .iter()
-                .map(|t| Ok((IValue::String(t.name.clone()), IValue::Tensor(convert::to_torch(t)?))))
-                .collect::<std::result::Result<Vec<_>, String>>()?;
-            vec![IValue::GenericDict(entries)]
+            let names = request.inputs.iter().map(|t| CString::new(t.name.as_str()).map_err(|_| "a NUL in a name"));
+            Ok((Some(names.collect::<std::result::Result<_, _>>()?), request.inputs.iter().collect()))
         }
         Inputs::Positional(order) => {
-            order.iter().map(|name| input(name).map(IValue::Tensor)).collect::<std::result::Result<_, String>>()?
+            let tensors = order.iter().map(|name| {
+                request.inputs.iter().find(|t| &t.name == name).ok_or_else(|| format!("input '{name}' is missing"))
+            });
+            Ok((None, tensors.collect::<std::result::Result<_, _>>()?))
         }
-    })
-}
-
-/// The tensors of `forward`'s result: one tensor, or a tuple or list of them.
-fn result_tensors(result: IValue) -> std::result::Result<Vec<tch::Tensor>, String> {
-    let elements = match result {
-        IValue::Tensor(tensor) => return Ok(vec![tensor]),
-        IValue::TensorList(tensors) => return Ok(tensors),
-        IValue::Tuple(elements) | IValue::GenericList(elements) => elements,
-        _ => return Err("forward must return a tensor, or a tuple or list of tensors".into()),
-    };
-    elements
-        .into_iter()
-        .enumerate()
-        .map(|(index, element)| match element {
-            IValue::Tensor(tensor) => Ok(tensor),
-            _ => Err(format!("output at index {index} must be of type Tensor")),
-        })
-        .collect()
+    }
 }

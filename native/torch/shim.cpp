@@ -39,7 +39,7 @@ extern "C" {
 
 // Loads the TorchScript module at `path` and calls `argument(data, name, kind, type)` for each argument of
 // its `forward`, `self` left out. Returns 0, or -1 with the reason in `error`.
-int tessera_torch_forward_arguments(
+int shim_forward_arguments(
     const char* path, void* data, void (*argument)(void*, const char*, char, const char*), char* error,
     size_t error_len) {
   try {
@@ -61,12 +61,12 @@ int tessera_torch_forward_arguments(
 }
 
 // Enters InferenceMode (`enabled`) on the calling thread until the returned guard is given to
-// `tessera_torch_inference_mode_end` on the same thread.
-void* tessera_torch_inference_mode(bool enabled) {
+// `shim_inference_mode_end` on the same thread.
+void* shim_inference_mode(bool enabled) {
   return new c10::InferenceMode(enabled);
 }
 
-void tessera_torch_inference_mode_end(void* guard) {
+void shim_inference_mode_end(void* guard) {
   delete static_cast<c10::InferenceMode*>(guard);
 }
 
