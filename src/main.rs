@@ -10,6 +10,9 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
     let options = tessera::cli::Options::parse_command_line();
+    // While the process has one thread: the TensorFlow backend's library is found through the environment.
+    let tensorflow_dir = options.backend_setting("tensorflow", "library-dir").map(std::path::PathBuf::from);
+    tessera::backends::tensorflow::point_at_library(tensorflow_dir);
     let log = match Log::start(options.log_levels(), options.log_format, options.log_file.as_deref()) {
         Ok(log) => std::sync::Arc::new(log),
         Err(e) => {

@@ -208,7 +208,9 @@ def built():
                             "simple_dyna_sequence")),
               ROOT / "model_repository/orientation_ensemble/labels.txt", TORCHSCRIPT,
               *(ROOT / "model_repository" / model / "1/model.pt"
-                for model in ("add_sub_torch", "mlp_torch", "silero_vad_torch"))]
+                for model in ("add_sub_torch", "mlp_torch", "silero_vad_torch")),
+              ROOT / "model_repository/simple_tf/1/model.graphdef",
+              ROOT / "model_repository/simple_tf_savedmodel/1/model.savedmodel/saved_model.pb"]
     missing = [p for p in needed if not p.exists()]
     if missing:
         pytest.exit(f"run `scripts/dev setup` first; missing: {', '.join(map(str, missing))}", returncode=2)
@@ -242,11 +244,11 @@ def repo(tmp_path_factory):
     add_model(root, "bad_syntax", 'backend: "wasm"\ninput [\n  { name: "A" data_type: TYPE_NOPE dims: [ 1 ] }\n]\n', plugin="identity")
     add_model(
         root,
-        "tf_simple",
-        (ROOT / "model_repository/simple/config.pbtxt").read_text().replace('name: "simple"', 'name: "tf_simple"').replace(
-            'backend: "wasm"', 'platform: "tensorflow_graphdef"'
+        "trt_simple",
+        (ROOT / "model_repository/simple/config.pbtxt").read_text().replace('name: "simple"', 'name: "trt_simple"').replace(
+            'backend: "wasm"', 'platform: "tensorrt_plan"'
         ),
-        files={"model.graphdef": b"not really a graph"},
+        files={"model.plan": b"not really a plan"},
     )
     add_model(root, "no_plugin", identity_config("no_plugin", "TYPE_FP32"))
     add_model(root, "not_a_component", identity_config("not_a_component", "TYPE_FP32"), files={"model.wasm": b"\0asm garbage"})

@@ -16,17 +16,17 @@ def error_of(server, model):
 
 def test_broken_models_fail_alone_with_their_reason(server):
     assert "config.pbtxt:3:" in error_of(server, "bad_syntax") and "TYPE_NOPE" in error_of(server, "bad_syntax")
-    assert "platform 'tensorflow_graphdef' is not available" in error_of(server, "tf_simple")
+    assert "platform 'tensorrt_plan' is not available" in error_of(server, "trt_simple")
     assert "model.wasm" in error_of(server, "no_plugin")
     assert "not a valid component" in error_of(server, "not_a_component")
     assert "no version directory" in error_of(server, "no_versions")
-    for model in ["bad_syntax", "tf_simple", "no_plugin", "not_a_component", "no_versions"]:
+    for model in ["bad_syntax", "trt_simple", "no_plugin", "not_a_component", "no_versions"]:
         assert requests.get(server.url(f"/v2/models/{model}/ready")).status_code == 400
     # The good models next to them serve, and the server reports itself ready (strict readiness is off).
     assert requests.get(server.url("/v2/models/simple/ready")).status_code == 200
     assert requests.get(server.url("/v2/health/ready")).status_code == 200
     log = server.log()
-    assert "tf_simple" in log and "failed to load" in log
+    assert "trt_simple" in log and "failed to load" in log
 
 
 def small_repo(tmp_path, broken=False):

@@ -8,6 +8,8 @@
 
 mod leftovers;
 pub(crate) mod onnx;
+pub mod tensorflow;
+mod threaded;
 mod torch;
 
 pub(crate) mod wasm;
@@ -69,6 +71,7 @@ pub struct Runtimes {
     pub wasm: wasm::WasmRuntime,
     pub onnx: onnx::OnnxRuntime,
     pub torch: torch::TorchRuntime,
+    pub tensorflow: tensorflow::TensorflowRuntime,
     /// Where Python models' runtime is.
     pub python: wasm::python::PythonRuntime,
     /// Whether to auto-complete configs (`--disable-auto-complete-config` turns it off).
@@ -96,11 +99,17 @@ pub enum BackendKind {
     Python,
     OnnxRuntime,
     PyTorch,
+    TensorFlow,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 4] =
-        [BackendKind::Wasm, BackendKind::Python, BackendKind::OnnxRuntime, BackendKind::PyTorch];
+    pub const ALL: [BackendKind; 5] = [
+        BackendKind::Wasm,
+        BackendKind::Python,
+        BackendKind::OnnxRuntime,
+        BackendKind::PyTorch,
+        BackendKind::TensorFlow,
+    ];
 
     /// The name a config gives the backend (`backend: "..."`).
     pub fn name(self) -> &'static str {
@@ -109,6 +118,7 @@ impl BackendKind {
             BackendKind::Python => "python",
             BackendKind::OnnxRuntime => "onnxruntime",
             BackendKind::PyTorch => "pytorch",
+            BackendKind::TensorFlow => "tensorflow",
         }
     }
 
@@ -117,6 +127,7 @@ impl BackendKind {
         match self {
             BackendKind::OnnxRuntime => Some(ONNX_PLATFORM),
             BackendKind::PyTorch => Some(PYTORCH_PLATFORM),
+            BackendKind::TensorFlow => Some(GRAPHDEF_PLATFORM),
             BackendKind::Wasm | BackendKind::Python => None,
         }
     }
@@ -125,7 +136,9 @@ impl BackendKind {
     /// server does not run, or none.
     pub fn of(config: &ModelConfig) -> Option<Self> {
         Self::ALL.into_iter().find(|kind| {
-            kind.name() == config.backend || (!config.platform.is_empty() && kind.platform() == Some(&config.platform))
+            kind.name() == config.backend
+                || (!config.platform.is_empty() && kind.platform() == Some(&config.platform))
+                || (*kind == BackendKind::TensorFlow && config.platform == SAVEDMODEL_PLATFORM)
         })
     }
 
@@ -134,6 +147,7 @@ impl BackendKind {
         [
             ("model.onnx", BackendKind::OnnxRuntime),
             ("model.pt", BackendKind::PyTorch),
+            ("model.graphdef", BackendKind::TensorFlow),
             ("model.wasm", BackendKind::Wasm),
             ("model.py", BackendKind::Python),
         ]
@@ -150,9 +164,11 @@ fn setup_cache_file(relative: &str) -> Option<PathBuf> {
     exe.ancestors().map(|dir| dir.join(".cache").join(relative)).find(|candidate| candidate.is_file())
 }
 
-/// The platform names Triton gives ONNX Runtime and PyTorch models.
+/// The platform names Triton gives ONNX Runtime, PyTorch and TensorFlow models.
 const ONNX_PLATFORM: &str = "onnxruntime_onnx";
 const PYTORCH_PLATFORM: &str = "pytorch_libtorch";
+const GRAPHDEF_PLATFORM: &str = "tensorflow_graphdef";
+const SAVEDMODEL_PLATFORM: &str = "tensorflow_savedmodel";
 
 impl Runtimes {
     /// Creates every backend kind's runtime: the WebAssembly engines (compiled plugins cached in
@@ -169,6 +185,7 @@ impl Runtimes {
             wasm: wasm::WasmRuntime::new(cache_dir, peers.clone()).context("cannot create the WebAssembly engine")?,
             onnx: onnx::OnnxRuntime::new(places.onnx_library),
             torch: torch::TorchRuntime::new(places.torch_library),
+            tensorflow: tensorflow::TensorflowRuntime::default(),
             python: wasm::python::PythonRuntime::new(places.python_runtime),
             complete_configs,
             peers,
@@ -201,7 +218,7 @@ impl Runtimes {
                 let (component, mounts) = self.python.component(dir, config)?;
                 self.wasm.auto_complete(config, dir, wasm::ComponentFile::Shared(&component), mounts)
             }
-            Some(BackendKind::PyTorch) | None => Ok(()),
+            Some(BackendKind::PyTorch | BackendKind::TensorFlow) | None => Ok(()),
         }
     }
 
@@ -230,6 +247,10 @@ impl Runtimes {
                     .into(),
             ),
             Some(BackendKind::PyTorch) => Ok(Arc::new(self.torch.load(ctx)?)),
+            Some(BackendKind::TensorFlow) if crate::model_config::is_decoupled(ctx.config) => {
+                Err("the tensorflow backend cannot serve a decoupled model: a graph answers each request once".into())
+            }
+            Some(BackendKind::TensorFlow) => Ok(Arc::new(self.tensorflow.load(ctx)?)),
             None => {
                 let what = if ctx.config.platform.is_empty() {
                     format!("backend '{}'", ctx.config.backend)

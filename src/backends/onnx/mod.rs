@@ -4,25 +4,23 @@
 //! (`.cache/onnxruntime/`, put there by setup). Without it ONNX models fail to load with that reason and
 //! everything else keeps serving.
 //!
-//! Each instance owns one ORT session on a thread of its own, because `Session::run` blocks for as long as
-//! the model computes; requests reach it over a channel and answers come back through a oneshot.
+//! Each instance owns one ORT session on a thread of its own (`threaded`), because `Session::run` blocks for
+//! as long as the model computes.
 
 mod convert;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
 use ort::environment::Environment;
 use ort::session::builder::GraphOptimizationLevel;
 use ort::session::Session;
-use tokio::sync::oneshot;
 
-use super::{Backend, Instance, LoadContext};
+use super::{threaded, Backend, Instance, LoadContext};
 use crate::error::{Error, LoadError, LoadResult, Result};
-use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::proto::inference::model_config::SchedulingChoice;
@@ -290,46 +288,13 @@ impl Shared {
 #[async_trait]
 impl Backend for OnnxModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let session = self.0.options.open(&self.0.environment, &self.0.path)?;
-        let (jobs, queue) = mpsc::channel::<Job>();
+        let mut session = self.0.options.open(&self.0.environment, &self.0.path)?;
         let shared = self.0.clone();
-        std::thread::Builder::new()
-            .name(format!("{}/{instance_name}", self.0.label))
-            .spawn(move || serve(session, &shared, queue))
-            .map_err(|e| format!("cannot start the instance thread: {e}"))?;
-        Ok(Box::new(OnnxInstance { jobs }))
-    }
-}
-
-struct Job {
-    requests: Vec<InferenceRequest>,
-    reply: oneshot::Sender<Vec<Result<Vec<Tensor>>>>,
-}
-
-struct OnnxInstance {
-    jobs: mpsc::Sender<Job>,
-}
-
-#[async_trait]
-impl Instance for OnnxInstance {
-    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
-        // The instance thread needs a CPU, and its answer comes without a socket: no runtime thread spins.
-        let _waiting = Waiting::start();
-        let (reply, answer) = oneshot::channel();
-        let count = requests.len();
-        let lost = || (0..count).map(|_| Err(Error::internal("the ONNX Runtime instance thread stopped"))).collect();
-        if self.jobs.send(Job { requests, reply }).is_err() {
-            return lost();
-        }
-        answer.await.unwrap_or_else(|_| lost())
-    }
-}
-
-/// The instance thread: runs each job's requests until the instance is dropped.
-fn serve(mut session: Session, shared: &Shared, queue: mpsc::Receiver<Job>) {
-    for job in queue {
-        let results = job.requests.iter().map(|r| run(&mut session, shared, r)).collect();
-        let _ = job.reply.send(results);
+        threaded::spawn(format!("{}/{instance_name}", self.0.label), "ONNX Runtime", move |queue| {
+            for job in queue {
+                job.answer(|request| run(&mut session, &shared, request));
+            }
+        })
     }
 }
 

@@ -9,8 +9,7 @@
 //! `INFERENCE_MODE` (default on), `DISABLE_OPTIMIZED_EXECUTION`, `ENABLE_JIT_PROFILING`,
 //! `ENABLE_TENSOR_FUSER`, `INTRA_OP_THREAD_COUNT` and `INTER_OP_THREAD_COUNT` apply (the thread counts are
 //! process-wide in libtorch, so a model that sets one sets it for all, as in Triton). Each instance loads its
-//! own module and runs it on a thread of its own, as ONNX Runtime instances do, because `forward` blocks while
-//! it computes.
+//! own module and runs it on a thread of its own (`threaded`), because `forward` blocks while it computes.
 
 mod binding;
 mod convert;
@@ -18,14 +17,12 @@ mod library;
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::{mpsc, Arc, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use async_trait::async_trait;
-use tokio::sync::oneshot;
 
-use super::{Backend, Instance, LoadContext};
+use super::{threaded, Backend, Instance, LoadContext};
 use crate::error::{Error, LoadError, LoadResult, Result};
-use crate::executor::Waiting;
 use crate::inference::{InferenceRequest, Signature};
 use crate::model_config::{self, ModelConfig};
 use crate::tensor::{DataType, Tensor};
@@ -156,54 +153,21 @@ struct Shared {
 #[async_trait]
 impl Backend for TorchModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let module =
+        let mut module =
             self.0.torch.load(&self.0.path).map_err(|e| format!("cannot load {}: {e}", self.0.path.display()))?;
-        let (jobs, queue) = mpsc::channel::<Job>();
         let shared = self.0.clone();
-        std::thread::Builder::new()
-            .name(format!("{}/{instance_name}", self.0.label))
-            .spawn(move || serve(module, &shared, queue))
-            .map_err(|e| format!("cannot start the instance thread: {e}"))?;
-        Ok(Box::new(TorchInstance { jobs }))
-    }
-}
-
-struct Job {
-    requests: Vec<InferenceRequest>,
-    reply: oneshot::Sender<Vec<Result<Vec<Tensor>>>>,
-}
-
-struct TorchInstance {
-    jobs: mpsc::Sender<Job>,
-}
-
-#[async_trait]
-impl Instance for TorchInstance {
-    async fn execute(&mut self, requests: Vec<InferenceRequest>) -> Vec<Result<Vec<Tensor>>> {
-        // The instance thread needs a CPU, and its answer comes without a socket: no runtime thread spins.
-        let _waiting = Waiting::start();
-        let (reply, answer) = oneshot::channel();
-        let count = requests.len();
-        let lost = || (0..count).map(|_| Err(Error::internal("the PyTorch instance thread stopped"))).collect();
-        if self.jobs.send(Job { requests, reply }).is_err() {
-            return lost();
-        }
-        answer.await.unwrap_or_else(|_| lost())
-    }
-}
-
-/// The instance thread: runs each job's requests, set up as the model asks (InferenceMode and the executor's
-/// optimisation are thread-local in libtorch), until the instance is dropped.
-fn serve(mut module: Module, shared: &Shared, queue: mpsc::Receiver<Job>) {
-    let options = shared.options;
-    let served = shared.torch.on_model_thread(options.inference_mode, options.optimized_execution, || {
-        for job in queue {
-            let results = job.requests.iter().map(|r| run(&mut module, shared, r)).collect();
-            let _ = job.reply.send(results);
-        }
-    });
-    if let Err(e) = served {
-        tracing::error!("model '{}': {e}", shared.label);
+        threaded::spawn(format!("{}/{instance_name}", self.0.label), "PyTorch", move |queue| {
+            // InferenceMode and the executor's optimisation are thread-local in libtorch: set for this thread.
+            let options = shared.options;
+            let served = shared.torch.on_model_thread(options.inference_mode, options.optimized_execution, || {
+                for job in queue {
+                    job.answer(|request| run(&mut module, &shared, request));
+                }
+            });
+            if let Err(e) = served {
+                tracing::error!("model '{}': {e}", shared.label);
+            }
+        })
     }
 }
 
