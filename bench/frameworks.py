@@ -1,9 +1,11 @@
-"""PyTorch beside ONNX in one Tessera, and Tessera's serving overhead over the compute floor.
+"""PyTorch and TensorFlow beside ONNX in one Tessera, and Tessera's serving overhead over the compute floor.
 
 The classifier of `mlp_onnx` (8 features, a hidden layer of 16, 3 classes) is served twice from one Tessera,
 as ONNX through ONNX Runtime (`mlp_onnx`) and as TorchScript through libtorch (`mlp_torch`, the same
-weights), both with dynamic batching: perf_analyzer measures the p50 at concurrency 1 and the throughput at
-concurrency 16, over HTTP and gRPC, the two models interleaved trial by trial.
+weights), both with dynamic batching; and the seed's add/sub `simple` as ONNX (`simple_onnx`) and as a
+TensorFlow GraphDef (`simple_tf`). perf_analyzer measures the p50 at concurrency 1 and the throughput at
+concurrency 16, over HTTP and gRPC, the models interleaved trial by trial; each row's ratio is to the ONNX
+model of its pair.
 
 The floor: the same TorchScript module called in-process by `torch.jit` in Python (PyTorch's own wheel, in a
 venv of its own at .cache/bench/torch-venv, made on the first run: torch needs the whole CUDA stack to import,
@@ -25,7 +27,9 @@ from harness import CACHE, ROOT, TESSERA, floor_server, perf_analyzer, ratio, sa
 import shutil  # noqa: E402
 
 TORCH_VENV = CACHE / "torch-venv"
-MODELS = ("mlp_onnx", "mlp_torch")
+MODELS = ("mlp_onnx", "mlp_torch", "simple_onnx", "simple_tf")
+# Each model's ONNX twin, for the ratios.
+TWIN = {"mlp_onnx": "mlp_onnx", "mlp_torch": "mlp_onnx", "simple_onnx": "simple_onnx", "simple_tf": "simple_onnx"}
 CALLS = 20000
 
 # Times CALLS calls of one row through the model named in argv (torch or onnx); prints the p50 in µs.
@@ -79,7 +83,7 @@ def main():
     args = trial_arguments(__doc__)
     repo = CACHE / "repos" / "frameworks"
     shutil.rmtree(repo, ignore_errors=True)
-    for model in MODELS + ("simple_onnx",):
+    for model in MODELS:
         shutil.copytree(ROOT / "model_repository" / model, repo / model)
     stamp = time.strftime("%Y-%m-%dT%H%MZ", time.gmtime())
     tessera = tessera_server(repo, TESSERA)
@@ -104,18 +108,18 @@ def main():
         tessera.stop()
     bare = {"mlp_torch": bare_p50("torch"), "mlp_onnx": bare_p50("onnx")}
     lines = [f"Frameworks ({stamp}, {args.trials} interleaved trials, medians; `scripts/dev bench-frameworks`)", "",
-             "| model | protocol | c | throughput/s | p50 µs | p99 µs | vs mlp_onnx (throughput) |", "|---|---|---|---|---|---|---|"]
+             "| model | protocol | c | throughput/s | p50 µs | p99 µs | throughput vs its ONNX twin |", "|---|---|---|---|---|---|---|"]
     for (model, protocol, concurrency), results in sorted(runs.items(), key=lambda item: (item[0][2], item[0][1], item[0][0])):
         if model == "floor":
             continue
-        versus = ratio([r[0] for r in results], [r[0] for r in runs[("mlp_onnx", protocol, concurrency)]])
+        versus = ratio([r[0] for r in results], [r[0] for r in runs[(TWIN[model], protocol, concurrency)]])
         median = [statistics.median(r[i] for r in results) for i in range(3)]
         lines.append(f"| {model} | {protocol} | {concurrency} | {median[0]:.0f} | {median[1]:.0f} | {median[2]:.0f} | {versus:.2f} |")
     floor_p50 = statistics.median(r[1] for r in runs[("floor", "http", 1)])
     lines += ["", f"Floor server (client + loopback, HTTP c=1): p50 {floor_p50:.0f} µs", "",
               "| model | in-process call p50 µs (Python) | Tessera HTTP c=1 p50 µs | Tessera's own (p50 − floor − call) µs |",
               "|---|---|---|---|"]
-    for model in MODELS:
+    for model in ("mlp_onnx", "mlp_torch"):
         served = runs[(model, "http", 1)]
         own = statistics.median(r[1] - f[1] for r, f in zip(served, runs[("floor", "http", 1)])) - bare[model]
         lines.append(f"| {model} | {bare[model]:.1f} | {statistics.median(r[1] for r in served):.0f} | {own:.0f} |")

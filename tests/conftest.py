@@ -77,6 +77,15 @@ def add_model(repo, name, config, plugin=None, versions=(1,), files=None):
     return model
 
 
+def client_for(protocol, server):
+    """tritonclient's module for `protocol` ("http" or "grpc") and a client of it connected to `server`."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    module = httpclient if protocol == "http" else grpcclient
+    return module, module.InferenceServerClient(server.http_url if protocol == "http" else server.grpc_url)
+
+
 def wait_for(condition, timeout=15, what="condition"):
     """Polls `condition` until it holds; fails saying `what` did not happen within `timeout` seconds."""
     deadline = time.monotonic() + timeout

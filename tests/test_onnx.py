@@ -10,7 +10,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tokenizers import Tokenizer
 
-from conftest import MINILM_TOKENIZER, ROOT, Server, add_model
+from conftest import MINILM_TOKENIZER, ROOT, Server, add_model, client_for
 
 MINILM = ROOT / "model_repository" / "minilm" / "1" / "model.onnx"
 SIMPLE_ONNX = ROOT / "model_repository" / "simple_onnx" / "1" / "model.onnx"
@@ -19,8 +19,7 @@ SENTENCES = ["eating food", "eating bread", "A man is playing a guitar on the st
 
 @pytest.fixture(params=["http", "grpc"])
 def client(request, server):
-    module = httpclient if request.param == "http" else grpcclient
-    c = module.InferenceServerClient(server.http_url if request.param == "http" else server.grpc_url)
+    module, c = client_for(request.param, server)
     yield module, c
     c.close()
 

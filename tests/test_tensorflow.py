@@ -8,10 +8,8 @@ import shutil
 import numpy as np
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 
-from conftest import ROOT, Server, add_model, add_sub_inputs
+from conftest import ROOT, Server, add_model, add_sub_inputs, client_for
 from test_triton_examples import run_example
 
 SIMPLE_TF = ROOT / "model_repository" / "simple_tf"
@@ -64,8 +62,7 @@ def tf_server(tmp_path_factory):
 
 @pytest.fixture(params=["http", "grpc"])
 def client(request, tf_server):
-    module = httpclient if request.param == "http" else grpcclient
-    c = module.InferenceServerClient(tf_server.http_url if request.param == "http" else tf_server.grpc_url)
+    module, c = client_for(request.param, tf_server)
     yield module, c
     c.close()
 

@@ -15,11 +15,10 @@ import wave
 import numpy as np
 import pytest
 import requests
-import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from conftest import ROOT, SPEECH, TORCHSCRIPT, Server, add_model, tensor_config
+from conftest import ROOT, SPEECH, Server, TORCHSCRIPT, add_model, client_for, tensor_config
 
 NUMPY_TYPES = {
     "BOOL": np.bool_, "UINT8": np.uint8, "INT8": np.int8, "INT16": np.int16, "INT32": np.int32,
@@ -99,8 +98,7 @@ def torch_server(tmp_path_factory):
 
 @pytest.fixture(params=["http", "grpc"])
 def client(request, torch_server):
-    module = httpclient if request.param == "http" else grpcclient
-    c = module.InferenceServerClient(torch_server.http_url if request.param == "http" else torch_server.grpc_url)
+    module, c = client_for(request.param, torch_server)
     yield module, c
     c.close()
 
