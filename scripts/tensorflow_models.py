@@ -4,7 +4,9 @@
 - `simple_tf/1/model.graphdef`: the seed's own `simple`, a frozen GraphDef: INPUT0, INPUT1 INT32 [batch, 16]
   -> OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1;
 - `simple_tf_savedmodel/1/model.savedmodel/`: the same as a SavedModel (signature `serving_default`, tensors
-  named as in the config).
+  named as in the config);
+- `simple_string_tf/1/model.graphdef`: Triton's `simple_string` as a GraphDef: INPUT0, INPUT1 STRING
+  [batch, 16] hold decimal integers, OUTPUT0 and OUTPUT1 their sum and difference as strings.
 
 usage: python scripts/tensorflow_models.py REPOSITORY
 """
@@ -28,9 +30,20 @@ def add_sub_graph():
     return graph
 
 
-def write_graphdef(target):
+def string_add_sub_graph():
+    graph = tf.Graph()
+    with graph.as_default():
+        a = tf.compat.v1.placeholder(tf.string, [None, 16], name="INPUT0")
+        b = tf.compat.v1.placeholder(tf.string, [None, 16], name="INPUT1")
+        x, y = (tf.strings.to_number(t, out_type=tf.int32) for t in (a, b))
+        tf.strings.as_string(x + y, name="OUTPUT0")
+        tf.strings.as_string(x - y, name="OUTPUT1")
+    return graph
+
+
+def write_graphdef(target, graph):
     target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_bytes(add_sub_graph().as_graph_def().SerializeToString())
+    target.write_bytes(graph.as_graph_def().SerializeToString())
 
 
 def write_savedmodel(target):
@@ -48,7 +61,11 @@ def main(repository):
     made = []
     target = repository / "simple_tf" / "1" / "model.graphdef"
     if not target.exists():
-        write_graphdef(target)
+        write_graphdef(target, add_sub_graph())
+        made.append(target)
+    target = repository / "simple_string_tf" / "1" / "model.graphdef"
+    if not target.exists():
+        write_graphdef(target, string_add_sub_graph())
         made.append(target)
     target = repository / "simple_tf_savedmodel" / "1" / "model.savedmodel"
     if not (target / "saved_model.pb").exists():

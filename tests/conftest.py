@@ -219,6 +219,7 @@ def built():
               *(ROOT / "model_repository" / model / "1/model.pt"
                 for model in ("add_sub_torch", "mlp_torch", "silero_vad_torch")),
               ROOT / "model_repository/simple_tf/1/model.graphdef",
+              ROOT / "model_repository/simple_string_tf/1/model.graphdef",
               ROOT / "model_repository/simple_tf_savedmodel/1/model.savedmodel/saved_model.pb"]
     missing = [p for p in needed if not p.exists()]
     if missing:

@@ -1,13 +1,16 @@
 """The TensorFlow backend through tritonclient, HTTP and gRPC: the seed's own repository (its `simple` config as
 the seed gives it, a GraphDef made by setup with the tensorflow package) under the seed's tritonserver command
-line, answering Triton's own example clients; the same model as a SavedModel; and each bad model failing
-alone with its reason, the library missing included, while the server keeps serving."""
+line, answering Triton's own example clients; the same model as a SavedModel; Triton's `simple_string` as a
+GraphDef under its string clients; and each bad model failing alone with its reason, the library missing
+included, while the server keeps serving."""
 
 import shutil
 
 import numpy as np
 import pytest
 import requests
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Server, add_model, add_sub_inputs, client_for
 from test_triton_examples import run_example
@@ -36,6 +39,30 @@ def test_the_seed_repository_and_command_line(tmp_path):
         assert server.stop() == 0, server.log()
 
 
+def test_tritons_string_clients_against_a_string_graph(tmp_path):
+    repo = tmp_path / "model"
+    source = ROOT / "model_repository" / "simple_string_tf"
+    add_model(repo, "simple_string", (source / "config.pbtxt").read_text().replace('"simple_string_tf"', '"simple_string"'),
+              files={"model.graphdef": (source / "1" / "model.graphdef").read_bytes()})
+    # The clients also echo strings through Triton's `simple_identity`.
+    shutil.copytree(ROOT / "model_repository" / "simple_identity", repo / "simple_identity")
+    server = Server([repo], tmp_path).wait_live()
+    try:
+        for script, url in (("simple_http_string_infer_client.py", server.http_url),
+                            ("simple_grpc_string_infer_client.py", server.grpc_url)):
+            run_example(script, url)
+        # Bytes that are not UTF-8 cannot be a TensorFlow string here: that request fails, saying so.
+        client = httpclient.InferenceServerClient(server.http_url)
+        inputs = [httpclient.InferInput(name, [1, 16], "BYTES") for name in ("INPUT0", "INPUT1")]
+        for tensor in inputs:
+            tensor.set_data_from_numpy(np.array([[b"\xff"] * 16], dtype=np.object_))
+        with pytest.raises(InferenceServerException, match="not UTF-8"):
+            client.infer("simple_string", inputs)
+        client.close()
+    finally:
+        assert server.stop() == 0, server.log()
+
+
 @pytest.fixture(scope="module")
 def tf_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tensorflow")
@@ -53,6 +80,7 @@ def tf_server(tmp_path_factory):
     variant("unknown_input", config.replace('"INPUT1"', '"INPUT9"'), {"model.graphdef": graph})
     variant("wrong_type", config.replace("TYPE_INT32", "TYPE_FP32", 1), {"model.graphdef": graph})
     variant("bytes_input", config.replace("TYPE_INT32", "TYPE_STRING", 1), {"model.graphdef": graph})
+    variant("bf16_input", config.replace("TYPE_INT32", "TYPE_BF16", 1), {"model.graphdef": graph})
     variant("second_output", config.replace('"OUTPUT1"', '"OUTPUT1:0"'), {"model.graphdef": graph})
     server = Server([repo], tmp, "--exit-on-error=false", "--strict-readiness=false")
     server.wait_live(timeout=60)
@@ -85,7 +113,8 @@ def test_graphdef_and_savedmodel_add_and_subtract(client, model):
     ("no_graph_file", "model.graphdef not found"),
     ("unknown_input", "input 'INPUT9' is not a tensor of the graph"),
     ("wrong_type", "input 'INPUT0' is FP32 in the config but Int32 in the graph"),
-    ("bytes_input", "'INPUT0' is TYPE_STRING: the TensorFlow backend here moves only numeric and BOOL tensors"),
+    ("bytes_input", "input 'INPUT0' is BYTES in the config but Int32 in the graph"),
+    ("bf16_input", "'INPUT0' is TYPE_BF16: the TensorFlow backend here moves numeric, BOOL and BYTES tensors, not BF16"),
 ])
 def test_a_bad_model_fails_alone_with_its_reason(tf_server, model, reason):
     index = {e["name"]: e for e in requests.post(tf_server.url("/v2/repository/index")).json()}

@@ -1,11 +1,12 @@
 //! Tensors between the server's form (KServe type, shape, little-endian bytes) and TensorFlow's, for the
-//! numeric types both have: BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32 and FP64. (BF16 and BYTES
-//! tensors are refused at load.) Each direction copies the elements once.
+//! types both have: BOOL, UINT8..UINT64, INT8..INT64, FP16, FP32, FP64, and BYTES as TensorFlow strings
+//! (UTF-8 text: the crate's string tensors hold Rust `String`s). BF16 is refused at load. Each direction
+//! copies the elements once.
 
 use bytes::Bytes;
 use tensorflow::{DataType as TfType, Tensor as TfTensor, TensorType};
 
-use crate::tensor::{DataType, Tensor};
+use crate::tensor::{bytes_elements, encode_bytes_elements, DataType, Tensor};
 
 /// A TensorFlow tensor of one of the types this backend moves.
 pub enum Value {
@@ -21,6 +22,7 @@ pub enum Value {
     F16(TfTensor<half::f16>),
     F32(TfTensor<f32>),
     F64(TfTensor<f64>),
+    Str(TfTensor<String>),
 }
 
 /// Calls `$body` with `$t` bound to the Rust element type of the server type `$datatype` and `$v` to its
@@ -94,7 +96,7 @@ macro_rules! with_element {
                 use Value::F64 as $v;
                 $body
             }
-            DataType::Bool | DataType::Bf16 | DataType::Bytes => $other,
+            DataType::Bool | DataType::Bytes | DataType::Bf16 => $other,
         }
     };
 }
@@ -116,6 +118,7 @@ macro_rules! with_value {
             Value::F16($tensor) => $body,
             Value::F32($tensor) => $body,
             Value::F64($tensor) => $body,
+            Value::Str($tensor) => $body,
         }
     };
 }
@@ -125,6 +128,7 @@ pub(super) use with_value;
 pub fn tf_type(datatype: DataType) -> Option<TfType> {
     match datatype {
         DataType::Bool => Some(TfType::Bool),
+        DataType::Bytes => Some(TfType::String),
         other => with_element!(other, T, _V => Some(T::data_type()), None),
     }
 }
@@ -135,6 +139,22 @@ pub fn to_tf(tensor: &Tensor) -> Result<Value, String> {
     if tensor.datatype == DataType::Bool {
         let values: Vec<bool> = tensor.data.iter().map(|&b| b != 0).collect();
         return TfTensor::new(&dims).with_values(&values).map(Value::Bool).map_err(|e| e.to_string());
+    }
+    if tensor.datatype == DataType::Bytes {
+        let elements = bytes_elements(&tensor.data).map_err(|e| format!("input '{}': {e}", tensor.name))?;
+        let strings = elements
+            .into_iter()
+            .enumerate()
+            .map(|(i, element)| {
+                String::from_utf8(element.to_vec()).map_err(|_| {
+                    format!("input '{}': element {i} is not UTF-8, which TensorFlow strings here must be", tensor.name)
+                })
+            })
+            .collect::<Result<Vec<String>, String>>()?;
+        return TfTensor::new(&dims)
+            .with_values(&strings)
+            .map(Value::Str)
+            .map_err(|e| format!("input '{}': {e}", tensor.name));
     }
     with_element!(tensor.datatype, T, V => {
         let mut value = TfTensor::<T>::new(&dims);
@@ -149,6 +169,13 @@ pub fn to_tf(tensor: &Tensor) -> Result<Value, String> {
         }
         Ok(V(value))
     }, Err(format!("input '{}' is {}, which TensorFlow models here cannot take", tensor.name, tensor.datatype)))
+}
+
+/// A fetched string tensor as the BYTES output `name`.
+pub fn from_tf_strings(name: &str, value: &TfTensor<String>) -> Tensor {
+    let shape = value.dims().iter().map(|&d| d as i64).collect();
+    let data = encode_bytes_elements(value.iter().map(|s| s.as_bytes()));
+    Tensor { name: name.to_string(), datatype: DataType::Bytes, shape, data }
 }
 
 /// The bytes of a fetched tensor, named `name`, of the server type `datatype`.

@@ -84,7 +84,7 @@ impl TensorflowRuntime {
             let datatype = DataType::from_config(tensor.1);
             if datatype.and_then(convert::tf_type).is_none() {
                 return Err(format!(
-                    "'{}' is {}: the TensorFlow backend here moves only numeric and BOOL tensors (not BF16 or BYTES)",
+                    "'{}' is {}: the TensorFlow backend here moves numeric, BOOL and BYTES tensors, not BF16",
                     tensor.0,
                     datatype.map_or("invalid".into(), |t| t.to_config().as_str_name().to_string())
                 )
@@ -261,6 +261,10 @@ fn run(open: &Open, shared: &Shared, request: &InferenceRequest) -> Result<Vec<T
             if spec.datatype == DataType::Bool {
                 let value: TfTensor<bool> = args.fetch(token).map_err(fail)?;
                 return Ok(convert::from_tf(&spec.name, spec.datatype, &value));
+            }
+            if spec.datatype == DataType::Bytes {
+                let value: TfTensor<String> = args.fetch(token).map_err(fail)?;
+                return Ok(convert::from_tf_strings(&spec.name, &value));
             }
             with_element!(spec.datatype, T, _V => {
                 let value: TfTensor<T> = args.fetch(token).map_err(fail)?;
