@@ -39,3 +39,7 @@ bench-sequences *ARGS:
 # Shared memory against the wire (16 MiB, HTTP and gRPC) vs Triton, and response cache hits on minilm.
 bench-shm *ARGS:
     scripts/dev bench-shm {{ARGS}}
+
+# PyTorch and TensorFlow beside ONNX in one Tessera, and the overhead over torch.jit and onnxruntime in Python.
+bench-frameworks *ARGS:
+    scripts/dev bench-frameworks {{ARGS}}
