@@ -24,7 +24,7 @@ use crate::error::{LoadResult, Result};
 use crate::inference::{InferenceRequest, InferenceResponse, ResponseStream};
 use crate::model_config::ModelConfig;
 use crate::model_files;
-use crate::tensor::Tensor;
+use crate::tensor::{DataType, Tensor};
 
 #[async_trait]
 pub trait Backend: Send + Sync {
@@ -155,6 +155,20 @@ impl BackendKind {
         .find(|(file, _)| model_files::is_regular_file(&version_dir.join(file)))
         .map(|(_, kind)| kind)
     }
+}
+
+/// Refuses a config naming a tensor of a type the backend cannot move (`moves`), saying what it moves.
+fn refuse_types(config: &ModelConfig, moves: impl Fn(DataType) -> bool, what_it_moves: &str) -> LoadResult<()> {
+    let tensors = (config.input.iter().map(|i| ("input", &i.name, i.data_type)))
+        .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type)));
+    for (role, name, data_type) in tensors {
+        let datatype = DataType::from_config(data_type);
+        if !datatype.is_some_and(&moves) {
+            let type_name = datatype.map_or("invalid".into(), |t| t.to_config().as_str_name().to_string());
+            return Err(format!("{role} '{name}' is {type_name}: {what_it_moves}").into());
+        }
+    }
+    Ok(())
 }
 
 /// The file `.cache/<relative>` that setup made in the checkout the server was built in: looked for under each

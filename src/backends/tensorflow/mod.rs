@@ -74,29 +74,16 @@ impl TensorflowRuntime {
     /// with the configured type.
     pub fn load(&self, ctx: &LoadContext<'_>) -> LoadResult<TensorflowModel> {
         let format = Format::of(ctx.config, ctx.version_dir)?;
-        for tensor in ctx
-            .config
-            .input
-            .iter()
-            .map(|i| (&i.name, i.data_type))
-            .chain(ctx.config.output.iter().map(|o| (&o.name, o.data_type)))
-        {
-            let datatype = DataType::from_config(tensor.1);
-            if datatype.and_then(convert::tf_type).is_none() {
-                return Err(format!(
-                    "'{}' is {}: the TensorFlow backend here moves numeric, BOOL and BYTES tensors, not BF16",
-                    tensor.0,
-                    datatype.map_or("invalid".into(), |t| t.to_config().as_str_name().to_string())
-                )
-                .into());
-            }
-        }
+        super::refuse_types(
+            ctx.config,
+            |t| convert::tf_type(t).is_some(),
+            "the TensorFlow backend here moves numeric, BOOL and BYTES tensors, not BF16",
+        )?;
         self.library()?;
         let shared = Shared {
             format,
             label: format!("{}:{}", ctx.model, ctx.version),
             signature: Signature::from_config(ctx.config)?,
-            inputs: ctx.config.input.iter().map(|i| i.name.clone()).collect(),
         };
         // Opening once checks the model and the config against each other before any instance exists.
         shared.open()?;
@@ -135,7 +122,6 @@ struct Shared {
     format: Format,
     label: String,
     signature: Signature,
-    inputs: Vec<String>,
 }
 
 /// One open model: its graph, session, and the graph tensors of the configured inputs and outputs.
@@ -236,9 +222,11 @@ impl Backend for TensorflowModel {
 
 fn run(open: &Open, shared: &Shared, request: &InferenceRequest) -> Result<Vec<Tensor>> {
     let values = shared
+        .signature
         .inputs
         .iter()
-        .map(|name| {
+        .map(|spec| {
+            let name = &spec.name;
             let tensor =
                 request.inputs.iter().find(|t| &t.name == name).ok_or_else(|| format!("input '{name}' is missing"))?;
             convert::to_tf(tensor)

@@ -64,7 +64,11 @@ impl TorchRuntime {
         if !path.is_file() {
             return Err(format!("model file {} not found", path.display()).into());
         }
-        refuse_bytes(ctx.config)?;
+        super::refuse_types(
+            ctx.config,
+            convert::is_supported,
+            "the PyTorch backend takes only tensors of BOOL, UINT8, INT8, INT16, INT32, INT64, FP16, FP32, FP64 or BF16",
+        )?;
         let torch = self.torch()?;
         let options = Options::from_config(ctx.config, &torch)?;
         let arguments = torch
@@ -90,23 +94,6 @@ impl TorchRuntime {
 
 /// The model file's name unless the config names another.
 const MODEL_FILE: &str = "model.pt";
-
-fn refuse_bytes(config: &ModelConfig) -> LoadResult<()> {
-    let tensors = (config.input.iter().map(|i| ("input", &i.name, i.data_type)))
-        .chain(config.output.iter().map(|o| ("output", &o.name, o.data_type)));
-    for (role, name, data_type) in tensors {
-        let datatype = DataType::from_config(data_type);
-        if datatype.is_some_and(|t| !convert::is_supported(t)) {
-            return Err(format!(
-                "{role} '{name}' is {}: the PyTorch backend takes only tensors of BOOL, UINT8, INT8, INT16, INT32, \
-                 INT64, FP16, FP32, FP64 or BF16",
-                datatype.map_or("invalid".into(), |t| t.to_config().as_str_name().to_string())
-            )
-            .into());
-        }
-    }
-    Ok(())
-}
 
 /// The config's `parameters` that Triton's PyTorch backend reads and that apply on CPU.
 #[derive(Clone, Copy, Debug)]
