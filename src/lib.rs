@@ -29,6 +29,8 @@ pub(crate) mod content_hash;
 pub mod error;
 pub mod executor;
 pub mod frontends;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod inference;
 pub mod model_config;
 pub(crate) mod model_files;

@@ -8,7 +8,7 @@ mod control;
 mod fingerprint;
 mod loader;
 mod model;
-mod overrides;
+pub(crate) mod overrides;
 mod record;
 mod versions;
 

@@ -123,7 +123,7 @@ const DATATYPES: [(DataType, wit::DataType); 14] = [
     (DataType::Bytes, wit::DataType::Bytes),
 ];
 
-fn datatype_to_wit(datatype: DataType) -> wit::DataType {
+pub(crate) fn datatype_to_wit(datatype: DataType) -> wit::DataType {
     DATATYPES.iter().find(|(d, _)| *d == datatype).map(|(_, w)| *w).expect("every data type is in DATATYPES")
 }
 

@@ -21,17 +21,17 @@
 //! call is under way, and every store yields to the executor at each tick.
 
 mod cache;
-mod convert;
+pub(crate) mod convert;
 mod epoch;
 mod host;
 mod instance;
-mod limits;
+pub(crate) mod limits;
 pub mod python;
 mod sandbox;
-mod state;
+pub(crate) mod state;
 mod stdio;
 mod streaming;
-mod tensor_data;
+pub(crate) mod tensor_data;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -68,6 +68,8 @@ mod bindings {
         },
     });
 }
+
+pub(crate) use bindings::tessera::backend::types as wit_types;
 
 /// Where plugins see their model version directory (read-only).
 pub const GUEST_MODEL_DIR: &str = "/model";

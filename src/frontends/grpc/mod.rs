@@ -8,10 +8,10 @@
 //! tonic's `Server` did is not done here: enforcing a call's `grpc-timeout` on the server. The client
 //! enforces its own deadline and resets the stream, and that stops the call here.
 
-mod convert;
+pub(crate) mod convert;
 mod health;
 mod logging;
-mod repository;
+pub(crate) mod repository;
 mod shared_memory;
 mod stream;
 mod trace;

@@ -106,7 +106,7 @@ struct OutputHeader {
 }
 
 /// How one output goes back: in the JSON, as binary after it, or written into a shared memory region.
-enum OutputForm {
+pub(crate) enum OutputForm {
     Json,
     Binary,
     SharedMemory(OutputPlace),
@@ -123,7 +123,7 @@ fn form_of(binary: bool) -> OutputForm {
 
 /// Decodes the body into a request, and how the client wants each requested output (one form alone applies
 /// to every output).
-fn decode_request(
+pub(crate) fn decode_request(
     model: String,
     version: String,
     headers: &HeaderMap,
@@ -327,7 +327,7 @@ struct BinaryParameters {
 
 /// Encodes the response; `forms[i]` says how output i goes back (one entry alone applies to all). Outputs
 /// for shared memory are written into their regions here, and listed without data.
-fn encode_response(response: &InferenceResponse, forms: &[OutputForm]) -> Result<Response> {
+pub(crate) fn encode_response(response: &InferenceResponse, forms: &[OutputForm]) -> Result<Response> {
     let form = |i: usize| forms.get(i).or(forms.first()).unwrap_or(&OutputForm::Json);
     let is_binary = |i: usize| matches!(form(i), OutputForm::Binary);
     let mut outputs = Vec::with_capacity(response.outputs.len());

@@ -3,10 +3,10 @@
 
 mod chunks;
 mod generate;
-mod infer;
+pub(crate) mod infer;
 mod json_data;
 mod logging;
-mod repository;
+pub(crate) mod repository;
 mod routes;
 mod shared_memory;
 mod trace;
@@ -168,7 +168,7 @@ impl IntoResponse for Error {
 
 /// The request body with any `Content-Encoding` (gzip, deflate) undone, refusing to inflate past `limit`
 /// bytes so a small compressed body cannot exhaust memory.
-fn decoded_body(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Bytes, Error> {
+pub(crate) fn decoded_body(headers: &HeaderMap, body: Bytes, limit: usize) -> Result<Bytes, Error> {
     let encoding = headers.get("content-encoding").map(|v| v.to_str().unwrap_or("?").trim().to_ascii_lowercase());
     let mut decoder: Box<dyn Read> = match encoding.as_deref() {
         None | Some("identity") | Some("") => return Ok(body),
@@ -195,7 +195,7 @@ fn error_body(status: StatusCode, message: &str) -> Response {
 }
 
 /// A request body that must be a JSON object, or nothing (an empty object), as Triton's extensions take.
-fn body_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
+pub(crate) fn body_object(body: &[u8]) -> Result<serde_json::Map<String, serde_json::Value>, Error> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Ok(serde_json::Map::new());
     }

@@ -82,7 +82,7 @@ fn parameters(body: &Map<String, Value>) -> Result<Map<String, Value>> {
     }
 }
 
-fn load_overrides(body: &Map<String, Value>) -> Result<LoadOverrides> {
+pub(crate) fn load_overrides(body: &Map<String, Value>) -> Result<LoadOverrides> {
     let mut overrides = LoadOverrides::default();
     for (key, value) in parameters(body)? {
         let text = || match &value {
