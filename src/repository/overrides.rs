@@ -89,7 +89,8 @@ impl Drop for ScratchDir {
     }
 }
 
-/// A supplied file's path, if it is `<version>/<name...>` with nothing that leaves the model directory.
+/// A supplied file's path, if it is `<version>/<name...>` with nothing that leaves the model directory, and
+/// names a file (no trailing `/`).
 fn relative_path(path: &str) -> Result<&Path> {
     let candidate = Path::new(path);
     let bad = || {
@@ -97,6 +98,9 @@ fn relative_path(path: &str) -> Result<&Path> {
             "supplied file 'file:{path}' must be named <version>/<file>, inside the model directory"
         ))
     };
+    if path.ends_with('/') {
+        return Err(bad());
+    }
     let mut components = candidate.components();
     match components.next() {
         Some(Component::Normal(version)) if version.to_str().is_some_and(|v| v.parse::<u64>().is_ok()) => {}
@@ -116,7 +120,7 @@ mod tests {
     fn file_paths_must_stay_inside_a_version_directory() {
         assert!(relative_path("1/model.onnx").is_ok());
         assert!(relative_path("3/sub/weights.bin").is_ok());
-        for bad in ["model.onnx", "1", "../1/x", "1/../../x", "/1/x", "v1/x", ""] {
+        for bad in ["model.onnx", "1", "../1/x", "1/../../x", "/1/x", "v1/x", "", "1/x/"] {
             assert!(relative_path(bad).is_err(), "{bad} was accepted");
         }
     }
