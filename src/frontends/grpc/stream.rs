@@ -14,7 +14,7 @@
 //! in its sends (see `inference::responder`). So a client that sends without reading holds a bounded
 //! amount of server memory (HTTP/2 flow control stops it sending).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures_util::stream::{self, BoxStream};
 use futures_util::{future, Stream, StreamExt};
@@ -38,25 +38,37 @@ const IN_FLIGHT: usize = 64;
 /// The request parameter that asks for a decoupled model's final flag even when it comes without a response.
 const EMPTY_FINAL: &str = "triton_enable_empty_final_response";
 
-/// The response stream of the request stream `requests`. A transport error on the request stream (the client
-/// went away, a malformed message) ends it.
-/// `headers` are the stream's, for a client's `traceparent`.
+/// The response stream of the request stream `requests`. An error on the request stream (a message that
+/// does not decode, the client going away) stops reading it: the requests read before it are still answered,
+/// and then the stream ends with that error's status, so a client is told why its later requests went
+/// unanswered. `headers` are the stream's, for a client's `traceparent`.
 pub fn responses(
     service: Arc<Service>,
     requests: Streaming<ModelInferRequest>,
     headers: HeaderMap,
 ) -> impl Stream<Item = Result<ModelStreamInferResponse, Status>> + Send {
     let headers = Arc::new(headers);
-    traced::arrivals(requests)
-        .take_while(|(request, _)| future::ready(request.is_ok()))
-        .filter_map(|(request, arrived)| future::ready(request.ok().map(|request| (request, arrived))))
+    let ended_by = Arc::new(Mutex::new(None));
+    let record = ended_by.clone();
+    let answers = traced::arrivals(requests)
+        .scan((), move |(), (request, arrived)| {
+            future::ready(match request {
+                Ok(request) => Some((request, arrived)),
+                Err(status) => {
+                    *record.lock().unwrap_or_else(PoisonError::into_inner) = Some(status);
+                    None
+                }
+            })
+        })
         .map(move |(request, arrived)| {
             let trace = traced::sample(&request.model_name, &headers, arrived, Wire::Grpc);
             answer(service.clone(), request, trace)
         })
         .buffered(IN_FLIGHT)
         .flatten_unordered(IN_FLIGHT)
-        .map(Ok)
+        .map(Ok);
+    let ending = stream::once(async move { ended_by.lock().unwrap_or_else(PoisonError::into_inner).take().map(Err) });
+    answers.chain(ending.filter_map(future::ready))
 }
 
 /// The stream messages answering one request. For a model that is not decoupled this waits for the answer,
