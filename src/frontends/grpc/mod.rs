@@ -9,6 +9,7 @@
 //! enforces its own deadline and resets the stream, and that stops the call here.
 
 pub(crate) mod convert;
+mod framing;
 mod health;
 mod logging;
 pub(crate) mod repository;
@@ -22,6 +23,7 @@ use hyper::server::conn::http2;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 use tonic::{Request, Response, Status, Streaming};
+use tower::util::MapRequestLayer;
 use tower::Layer as _;
 
 use super::restricted::{self, Restrictions};
@@ -52,12 +54,11 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let routes = tonic::service::Routes::new(inference).add_service(health::server(service)).prepare();
+    let routes = routes.into_axum_router().layer(MapRequestLayer::new(whole_messages));
     // Without restrictions no layer is added, so that calls pay nothing for the feature.
     let router = match restrictions.is_empty() {
-        true => routes.into_axum_router(),
-        false => routes
-            .into_axum_router()
-            .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
+        true => routes,
+        false => routes.layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
     let service = TowerToHyperService::new(traced::layer().layer(router));
     let mut builder = http2::Builder::new(InlineFirst);
@@ -68,6 +69,11 @@ pub async fn serve(
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
     connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
         .await;
+}
+
+/// A call's request body, handed to tonic a whole message at a time (see `framing`).
+fn whole_messages(request: axum::extract::Request) -> axum::extract::Request {
+    request.map(|body| axum::body::Body::new(framing::WholeMessages::new(body, MAX_MESSAGE)))
 }
 
 /// Answers UNAVAILABLE to a call of a restricted category without its header (Triton's message).
