@@ -89,6 +89,23 @@ impl<B> WholeMessages<B> {
     }
 }
 
+/// How many bytes at the start of `chunk` are whole messages (all of it once a prefix claims more than
+/// `limit`, which goes on for tonic to refuse).
+fn whole_messages_in(chunk: &[u8], limit: usize) -> usize {
+    let mut end = 0;
+    while let Some(prefix) = chunk.get(end..end + PREFIX) {
+        let body = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+        if body > limit {
+            return chunk.len();
+        }
+        match end + PREFIX + body {
+            next if next <= chunk.len() => end = next,
+            _ => break,
+        }
+    }
+    end
+}
+
 impl<B> Body for WholeMessages<B>
 where
     B: Body<Data = Bytes> + Unpin,
@@ -109,6 +126,10 @@ where
                 Some(Ok(frame)) => match frame.into_data() {
                     Ok(mut data) => {
                         let data = data.copy_to_bytes(data.remaining());
+                        // The common case, a chunk of whole messages and nothing before it, goes on as it is.
+                        if this.partial.is_empty() && whole_messages_in(&data, this.limit) == data.len() {
+                            return Poll::Ready(Some(Ok(Frame::data(data))));
+                        }
                         this.take_chunk(data);
                     }
                     Err(trailers) => {

@@ -19,6 +19,7 @@ mod trace;
 
 use std::sync::Arc;
 
+use hyper::body::Incoming;
 use hyper::server::conn::http2;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
@@ -54,12 +55,14 @@ pub async fn serve(
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
     let routes = tonic::service::Routes::new(inference).add_service(health::server(service)).prepare();
-    let routes = routes.into_axum_router().layer(MapRequestLayer::new(whole_messages));
     // Without restrictions no layer is added, so that calls pay nothing for the feature.
     let router = match restrictions.is_empty() {
-        true => routes,
-        false => routes.layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
+        true => routes.into_axum_router(),
+        false => routes
+            .into_axum_router()
+            .layer(axum::middleware::from_fn_with_state(Arc::new(restrictions), refuse_restricted)),
     };
+    let router = MapRequestLayer::new(whole_messages).layer(router);
     let service = TowerToHyperService::new(traced::layer().layer(router));
     let mut builder = http2::Builder::new(InlineFirst);
     builder
@@ -72,8 +75,8 @@ pub async fn serve(
 }
 
 /// A call's request body, handed to tonic a whole message at a time (see `framing`).
-fn whole_messages(request: axum::extract::Request) -> axum::extract::Request {
-    request.map(|body| axum::body::Body::new(framing::WholeMessages::new(body, MAX_MESSAGE)))
+fn whole_messages(request: axum::http::Request<Incoming>) -> axum::http::Request<framing::WholeMessages<Incoming>> {
+    request.map(|body| framing::WholeMessages::new(body, MAX_MESSAGE))
 }
 
 /// Answers UNAVAILABLE to a call of a restricted category without its header (Triton's message).
