@@ -4,7 +4,8 @@
 //!
 //! The HTTP/2 settings are the ones tonic's `Server` used by default (no limit on concurrent streams, as
 //! gRPC's C++ server, Triton's; hyper's 1 MiB windows and 16 KiB frames), plus keep-alive pings that close
-//! the connection of a peer that stopped answering. One thing
+//! the connection of a peer that stopped answering. Request bodies reach tonic a whole message at a time
+//! (`framing`), so a message prefix that claims much and sends little costs nothing. One thing
 //! tonic's `Server` did is not done here: enforcing a call's `grpc-timeout` on the server. The client
 //! enforces its own deadline and resets the stream, and that stops the call here.
 
