@@ -8,6 +8,10 @@ serve *FLAGS:
 test *ARGS:
     scripts/dev test {{ARGS}}
 
+# Run every fuzz target (fuzz/) for SECONDS each under libFuzzer.
+fuzz SECONDS="600":
+    scripts/dev fuzz {{SECONDS}}
+
 # Set everything up without running anything.
 setup:
     scripts/dev setup
