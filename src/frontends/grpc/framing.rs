@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 
 /// The compression flag and the length before each gRPC message.
@@ -58,15 +58,11 @@ impl<B> WholeMessages<B> {
         if self.partial_len < PREFIX {
             return None;
         }
-        let mut prefix = [0u8; PREFIX];
-        let mut reader = self.partial.iter().flat_map(|chunk| chunk.iter());
-        prefix.iter_mut().for_each(|byte| *byte = *reader.next().expect("partial holds the prefix"));
-        let body = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if body > self.limit {
-            return Some(None);
+        let prefix: Vec<u8> = self.partial.iter().flat_map(|chunk| chunk.iter().copied()).take(PREFIX).collect();
+        match message_length(&prefix, self.limit) {
+            Some(length) => (self.partial_len >= length).then_some(Some(length)),
+            None => Some(None),
         }
-        let length = PREFIX + body;
-        (self.partial_len >= length).then_some(Some(length))
     }
 
     /// Moves the first `length` bytes of `partial` to `whole`, splitting the chunk a message ends inside.
@@ -89,18 +85,21 @@ impl<B> WholeMessages<B> {
     }
 }
 
+/// The length, prefix included, of the message `prefix` starts; `None` when it claims more than `limit`.
+fn message_length(prefix: &[u8], limit: usize) -> Option<usize> {
+    let body = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
+    (body <= limit).then_some(PREFIX + body)
+}
+
 /// How many bytes at the start of `chunk` are whole messages (all of it once a prefix claims more than
 /// `limit`, which goes on for tonic to refuse).
 fn whole_messages_in(chunk: &[u8], limit: usize) -> usize {
     let mut end = 0;
     while let Some(prefix) = chunk.get(end..end + PREFIX) {
-        let body = u32::from_be_bytes([prefix[1], prefix[2], prefix[3], prefix[4]]) as usize;
-        if body > limit {
-            return chunk.len();
-        }
-        match end + PREFIX + body {
-            next if next <= chunk.len() => end = next,
-            _ => break,
+        match message_length(prefix, limit) {
+            None => return chunk.len(),
+            Some(length) if end + length <= chunk.len() => end += length,
+            Some(_) => break,
         }
     }
     end
@@ -124,8 +123,7 @@ where
             }
             match ready!(Pin::new(&mut this.inner).poll_frame(cx)) {
                 Some(Ok(frame)) => match frame.into_data() {
-                    Ok(mut data) => {
-                        let data = data.copy_to_bytes(data.remaining());
+                    Ok(data) => {
                         // The common case, a chunk of whole messages and nothing before it, goes on as it is.
                         if this.partial.is_empty() && whole_messages_in(&data, this.limit) == data.len() {
                             return Poll::Ready(Some(Ok(Frame::data(data))));
