@@ -23,7 +23,7 @@ use crate::frontends::grpc::{convert as grpc_convert, repository as grpc_reposit
 use crate::frontends::http::{self, infer as http_infer, repository as http_repository};
 use crate::inference::signature::Signature;
 use crate::inference::{InferenceRequest, InferenceResponse};
-use crate::model_config::{self, ConfigSource};
+use crate::model_config;
 use crate::proto::inference::{ModelInferRequest, RepositoryModelLoadRequest};
 use crate::repository::overrides::ScratchDir;
 use crate::shared_memory::SharedMemory;
@@ -60,20 +60,14 @@ fn signature() -> &'static Signature {
 /// and normalised as loading a model does, then its signature derived and its JSON rendered.
 pub fn model_config(data: &[u8]) {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let dir = std::env::temp_dir().join("tessera-fuzz-absent-model");
-    let source = match text.trim_start().starts_with('{') {
-        true => ConfigSource::Json(text),
-        false => return model_config_text(text),
+    let config = match text.trim_start().starts_with('{') {
+        true => {
+            model_config::parse_json(text, "config").and_then(|c| model_config::check(c, "fuzz", "", "config", None))
+        }
+        false => model_config::parse_text(text, "config.pbtxt")
+            .and_then(|c| model_config::check(c, "fuzz", text, "config.pbtxt", None)),
     };
-    if let Ok(config) = model_config::load(&dir, "fuzz", &source, None) {
-        derive_from(&config);
-    }
-}
-
-fn model_config_text(text: &str) {
-    let Ok(mut config) = model_config::parse_text(text, "config.pbtxt") else { return };
-    if model_config::validate(&config, "fuzz", text, "config.pbtxt").is_ok() {
-        model_config::normalise(&mut config, "fuzz");
+    if let Ok(config) = config {
         derive_from(&config);
     }
 }

@@ -38,7 +38,7 @@ pub fn load(
     source: &ConfigSource<'_>,
     complete: Option<Completer<'_>>,
 ) -> LoadResult<ModelConfig> {
-    let (mut config, text, origin) = match source {
+    let (config, text, origin) = match source {
         ConfigSource::File { config_name } => {
             let path = config_path(model_dir, *config_name);
             let origin = path.display().to_string();
@@ -56,14 +56,26 @@ pub fn load(
             (parse_json(text, &origin)?, String::new(), origin)
         }
     };
-    validate::check_model_file_name(&config, &text, &origin)?;
+    check(config, model_name, &text, &origin, complete)
+}
+
+/// Completes (when `complete` is given), checks and normalises a parsed config; `text` is its source, for
+/// the line numbers in messages.
+pub fn check(
+    mut config: ModelConfig,
+    model_name: &str,
+    text: &str,
+    origin: &str,
+    complete: Option<Completer<'_>>,
+) -> LoadResult<ModelConfig> {
+    validate::check_model_file_name(&config, text, origin)?;
     if let Some(complete) = complete {
         if config.name.is_empty() {
             config.name = model_name.to_string(); // the completer sees the config as Triton passes it, named
         }
         complete(&mut config).map_err(|e| format!("{origin}: auto-completing the config: {e}"))?;
     }
-    validate(&config, model_name, &text, &origin)?;
+    validate(&config, model_name, text, origin)?;
     normalise(&mut config, model_name);
     Ok(config)
 }
