@@ -47,3 +47,7 @@ bench-shm *ARGS:
 # PyTorch and TensorFlow beside ONNX in one Tessera, and the overhead over torch.jit and onnxruntime in Python.
 bench-frameworks *ARGS:
     scripts/dev bench-frameworks {{ARGS}}
+
+# A good client under a flood of idle and slowloris connections, against Triton.
+bench-floods *ARGS:
+    scripts/dev bench-floods {{ARGS}}

@@ -323,7 +323,9 @@ def test_connections_over_the_cap_are_closed_at_once(tmp_path):
         closed = sum(closed_within(sock, 1)[0] for sock in readable)
         # 20 slots, one of which may still hold wait_live's connection.
         assert closed in (20, 21), closed
-        assert "refusing new connections: 20 are open, the limit (--max-connections)" in server.log()
+        # The refusals are counted and logged a second after the first.
+        wait_for(lambda: "new connection(s): 20 are open, the limit (--max-connections)" in server.log(), timeout=5,
+                 what="the refusals in the log")
         for sock in sockets:
             sock.close()
         wait_for(lambda: answers(server), what="a free slot")

@@ -5,17 +5,16 @@
 //! why), so that hyper runs each gRPC call with our executor (`inline_first`), and so that every
 //! port is held to the same `ConnectionLimits`.
 
-use std::fmt::Display;
 use std::future::Future;
 use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::{GracefulConnection, GracefulShutdown};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::sync::{watch, Semaphore};
 
 use super::busy_poll;
 use super::poll_again::PollAgain;
@@ -28,10 +27,6 @@ pub struct ConnectionLimits {
     slots: Arc<Semaphore>,
     max: usize,
     first_bytes: Duration,
-    /// When a refusal was last logged (ms since `epoch`), so that a flood logs once a second, not per
-    /// connection.
-    refused_logged: Arc<AtomicU64>,
-    epoch: Instant,
 }
 
 impl ConnectionLimits {
@@ -55,42 +50,58 @@ impl ConnectionLimits {
     /// At most `max` connections open at once; a connection silent for `first_bytes` after it was accepted
     /// is closed.
     pub fn new(max: usize, first_bytes: Duration) -> Self {
-        ConnectionLimits {
-            slots: Arc::new(Semaphore::new(max)),
-            max,
-            first_bytes,
-            refused_logged: Arc::new(AtomicU64::new(0)),
-            epoch: Instant::now(),
-        }
+        ConnectionLimits { slots: Arc::new(Semaphore::new(max)), max, first_bytes }
     }
+}
 
-    fn refused(&self, protocol: &str) {
-        let now = self.epoch.elapsed().as_millis() as u64 + 1000;
-        let last = self.refused_logged.load(Ordering::Relaxed);
-        if now >= last + 1000
-            && self.refused_logged.compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed).is_ok()
-        {
-            tracing::warn!(
-                "{protocol}: refusing new connections: {} are open, the limit (--max-connections)",
-                self.max
-            );
+/// Counts one kind of event and logs the count a second after the first one not yet reported, so that a
+/// flood makes one line a second, not one a connection.
+#[derive(Default)]
+struct Tally {
+    /// Events not yet reported.
+    count: AtomicU64,
+    /// Whether a report is due.
+    scheduled: AtomicBool,
+}
+
+impl Tally {
+    /// Counts one event; `report` is called with the count within a second.
+    fn note(self: &Arc<Self>, report: impl FnOnce(u64) + Send + 'static) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            let tally = self.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                tally.scheduled.store(false, Ordering::Release);
+                // An event between these two lines schedules its own report, which may then find nothing.
+                match tally.count.swap(0, Ordering::Relaxed) {
+                    0 => {}
+                    count => report(count),
+                }
+            });
         }
     }
 }
 
 /// Serves every connection `listener` accepts with the hyper connection `connect` makes of it, until
-/// `shutdown` resolves. `protocol` names the port in the log.
+/// `shutdown` resolves. `protocol` names the port in the log; `opening` is how many bytes a new connection
+/// must have sent within the header timeout to be served (see `Opening`).
 pub async fn serve<C>(
     listener: TcpListener,
     protocol: &'static str,
+    opening: Opening,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()>,
     connect: impl Fn(TokioIo<TcpStream>) -> C + Clone + Send + 'static,
 ) where
-    C: GracefulConnection + Send + 'static,
-    C::Error: Display,
+    C: GracefulConnection<Error = hyper::Error> + Send + 'static,
 {
     let connections = GracefulShutdown::new();
+    // The connections refused over the cap, closed before they started a request, and closed idle or with a
+    // slow request head: each kind is logged with its count, at most once a second.
+    let (refused, silent, slow_head) =
+        (Arc::new(Tally::default()), Arc::new(Tally::default()), Arc::new(Tally::default()));
+    let (closing, _) = watch::channel(false);
     tokio::pin!(shutdown);
     loop {
         let tcp = tokio::select! {
@@ -100,26 +111,103 @@ pub async fn serve<C>(
         // Over the limit the connection is closed at once: the client sees a clear failure instead of
         // waiting in the listen queue for a slot.
         let Ok(slot) = limits.slots.clone().try_acquire_owned() else {
-            limits.refused(protocol);
+            let max = limits.max;
+            refused.note(move |count| {
+                tracing::warn!(
+                    "{protocol}: refused {count} new connection(s): {max} are open, the limit (--max-connections)"
+                )
+            });
             continue;
         };
         let (watcher, connect, first_bytes) = (connections.watcher(), connect.clone(), limits.first_bytes);
+        let (silent, slow_head, mut closing) = (silent.clone(), slow_head.clone(), closing.subscribe());
         tokio::spawn(PollAgain::new(async move {
             let _slot = slot;
-            // A peek, not `readable()`: readiness can be reported before any byte has arrived.
-            if !matches!(tokio::time::timeout(first_bytes, tcp.peek(&mut [0])).await, Ok(Ok(1))) {
-                tracing::debug!("{protocol}: closed a connection that sent nothing for {first_bytes:?}");
+            let started = tokio::select! {
+                started = started_in_time(&tcp, opening, first_bytes, protocol, &silent) => started,
+                // Stopping: a connection that has not started a request is closed at once (its watcher,
+                // dropped with it, would otherwise hold up the graceful shutdown until its time is up).
+                _ = closing.changed() => false,
+            };
+            if !started {
                 return;
             }
-            if let Err(e) = watcher.watch(connect(TokioIo::new(tcp))).await {
-                tracing::debug!("{protocol} connection ended with an error: {e}");
+            match watcher.watch(connect(TokioIo::new(tcp))).await {
+                Ok(()) => {}
+                // hyper's header read timeout: a keep-alive connection stayed idle, or a request head
+                // trickled in, for too long.
+                Err(e) if e.is_timeout() => slow_head.note(move |count| {
+                    tracing::info!(
+                        "{protocol}: closed {count} connection(s) idle or sending a request head for more than \
+                         {first_bytes:?} (--http-header-timeout-secs)"
+                    )
+                }),
+                Err(e) => tracing::debug!("{protocol} connection ended with an error: {e}"),
             }
         }));
     }
+    let _ = closing.send(true);
     // Stop accepting now: connections that arrive while the open ones finish are refused by the system
     // instead of waiting in a queue no one reads.
     drop(listener);
     connections.shutdown().await;
+}
+
+/// What a new connection must send before it is given to hyper, within the header timeout. An HTTP/1
+/// connection needs only to start: hyper's own header read timeout bounds the rest of its head. An HTTP/2
+/// connection must send the whole 24-byte connection preface, because hyper has no deadline for it and
+/// its keep-alive pings start only after it: a client trickling the preface would otherwise hold its slot
+/// for good.
+#[derive(Clone, Copy)]
+pub enum Opening {
+    FirstByte,
+    Http2Preface,
+}
+
+impl Opening {
+    fn len(self) -> usize {
+        match self {
+            Opening::FirstByte => 1,
+            Opening::Http2Preface => 24,
+        }
+    }
+}
+
+/// Whether `tcp` sent its `opening` within `deadline`; a connection that did not is counted in `silent`.
+async fn started_in_time(
+    tcp: &TcpStream,
+    opening: Opening,
+    deadline: Duration,
+    protocol: &'static str,
+    silent: &Arc<Tally>,
+) -> bool {
+    match tokio::time::timeout(deadline, opened(tcp, opening)).await {
+        Ok(opened) => opened,
+        Err(_) => {
+            silent.note(move |count| {
+                tracing::info!(
+                    "{protocol}: closed {count} new connection(s) that did not start a request within {deadline:?} \
+                     (--http-header-timeout-secs)"
+                )
+            });
+            false
+        }
+    }
+}
+
+/// Waits until `tcp` has `opening`'s bytes waiting to be read (true) or is closed first (false). A peek, not
+/// `readable()`: readiness can be reported before any byte has arrived.
+async fn opened(tcp: &TcpStream, opening: Opening) -> bool {
+    let mut head = [0u8; 24];
+    loop {
+        match tcp.peek(&mut head[..opening.len()]).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) if n == opening.len() => return true,
+            // Part of it: the socket stays readable, so wait a little before looking again rather than
+            // spinning. A client sends its preface in one segment; only a slow one waits here.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
 }
 
 /// Descriptors kept below the open-file limit for the server's own use: model files, the instances'

@@ -11,7 +11,7 @@ use hyper::server::conn::http1;
 use hyper_util::rt::TokioTimer;
 use hyper_util::service::TowerToHyperService;
 
-use crate::executor::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits, Opening};
 use crate::observability::metrics::Metrics;
 
 pub async fn serve(
@@ -31,6 +31,8 @@ pub async fn serve(
     let service = TowerToHyperService::new(router);
     let mut builder = http1::Builder::new();
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout);
-    connections::serve(listener, "metrics", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
-        .await;
+    connections::serve(listener, "metrics", Opening::FirstByte, limits, shutdown, move |io| {
+        builder.serve_connection(io, service.clone())
+    })
+    .await;
 }

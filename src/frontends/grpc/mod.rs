@@ -30,7 +30,7 @@ use tower::Layer as _;
 
 use super::restricted::{self, Restrictions};
 use super::traced::{self, Arrived, Wire};
-use crate::executor::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits, Opening};
 use crate::executor::InlineFirst;
 use crate::observability::trace::tracer;
 use crate::proto::inference::grpc_inference_service_server::{GrpcInferenceService, GrpcInferenceServiceServer};
@@ -71,8 +71,10 @@ pub async fn serve(
         .max_concurrent_streams(None)
         .keep_alive_interval(KEEP_ALIVE_INTERVAL)
         .keep_alive_timeout(KEEP_ALIVE_TIMEOUT);
-    connections::serve(listener, "gRPC", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
-        .await;
+    connections::serve(listener, "gRPC", Opening::Http2Preface, limits, shutdown, move |io| {
+        builder.serve_connection(io, service.clone())
+    })
+    .await;
 }
 
 /// A call's request body, handed to tonic a whole message at a time (see `framing`).

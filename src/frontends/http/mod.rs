@@ -32,7 +32,7 @@ use tower::Layer as _;
 use super::restricted::{self, Restrictions};
 use super::traced::{self, Arrived};
 use crate::error::Error;
-use crate::executor::connections::{self, ConnectionLimits};
+use crate::executor::connections::{self, ConnectionLimits, Opening};
 use crate::service::Service;
 
 /// Every route of the HTTP frontend, behind the restrictions `--http-restricted-api` asked for.
@@ -153,8 +153,10 @@ pub async fn serve(
     // hyper starts this timer whenever the connection waits for a request's head, so it also closes a
     // keep-alive connection that stays idle for as long.
     builder.timer(TokioTimer::new()).header_read_timeout(header_timeout).max_headers(MAX_HEADERS);
-    connections::serve(listener, "HTTP", limits, shutdown, move |io| builder.serve_connection(io, service.clone()))
-        .await;
+    connections::serve(listener, "HTTP", Opening::FirstByte, limits, shutdown, move |io| {
+        builder.serve_connection(io, service.clone())
+    })
+    .await;
 }
 
 /// The most header fields a request may have (hyper's default, stated so it is not changed by accident).
