@@ -117,10 +117,12 @@ def identity_config(name, config_type):
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
-    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, open_files=None, http_port=None):
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, open_files=None, http_port=None, wrapper=()):
         """`open_files`: run the server under that open-file limit (soft and hard), as a container would.
-        `http_port`: a fixed HTTP port (for clients that know only one) instead of a free one."""
+        `http_port`: a fixed HTTP port (for clients that know only one) instead of a free one. `wrapper`: a
+        command the server runs under (its arguments, ending with `--`)."""
         self.repositories, self.tmp_path, self.flags, self.env, self.open_files = repositories, tmp_path, flags, env, open_files
+        self.wrapper = list(wrapper)
         self.fixed_http_port = http_port
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
         self.start()
@@ -133,7 +135,7 @@ class Server:
         # prlimit (util-linux) rather than a preexec_fn: forking a process that runs grpcio's threads and
         # then running Python in the child can abort the child before it executes anything.
         limit = ["prlimit", f"--nofile={self.open_files}:{self.open_files}", "--"] if self.open_files else []
-        args = [*limit, str(BINARY)]
+        args = [*limit, *self.wrapper, str(BINARY)]
         for repo in self.repositories:
             args += ["--model-repository", str(repo)]
         args += [
