@@ -51,3 +51,7 @@ bench-frameworks *ARGS:
 # A good client under a flood of idle and slowloris connections, against Triton.
 bench-floods *ARGS:
     scripts/dev bench-floods {{ARGS}}
+
+# Resident memory over 100k requests a kind (simple, large BYTES, 8 MiB FP32, Python, ONNX), HTTP and gRPC.
+bench-leaks *ARGS:
+    scripts/dev bench-leaks {{ARGS}}

@@ -1,0 +1,106 @@
+"""Resident memory under sustained good traffic (issue #23), the long version of tests/test_leaks.py: for each
+kind of request, perf_analyzer sends a warm-up and then a long run (`--request-count`, concurrency 4) over
+HTTP and then gRPC, and the server's resident memory is read when the warm-up ends (settled), sampled every
+100 ms during the run (peak) and read when it ends (after). A server that leaks per request ends above its
+settled value by the leak times the requests; one that does not ends within noise of it.
+
+Kinds: `simple` (Wasm), `identity_bytes` (64 strings of 4 KiB: 256 KiB a request), `identity_fp32` (8 MiB
+FP32 in and out; fewer requests, as perf_analyzer generates and reads 16 MiB a request on the same two
+cores), `add_sub_python` (Tessera's Python runtime), `simple_onnx` (ONNX Runtime). Prints a Markdown table
+and writes it under .cache/bench/results/. Run through `scripts/dev bench-leaks [--scale F]` (F multiplies
+every request count; 1 is 100k for the small kinds).
+"""
+
+import argparse
+import datetime
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+from harness import CACHE, PERF, ROOT, TESSERA, proc_kib, save_results, tessera_server
+
+# model: (perf_analyzer arguments, warm-up requests, measured requests) at scale 1.
+KINDS = {
+    "simple": ([], 10_000, 100_000),
+    "identity_bytes": (["--shape", "INPUT0:64", "--string-length", "4096"], 10_000, 100_000),
+    "identity_fp32": (["--shape", "INPUT0:2097152"], 500, 5_000),
+    "add_sub_python": ([], 10_000, 100_000),
+    "simple_onnx": ([], 10_000, 100_000),
+}
+
+
+def run_requests(server, protocol, model, arguments, count):
+    """`count` requests of `model` by perf_analyzer at concurrency 4; returns its requests a second."""
+    url = server.http if protocol == "http" else server.grpc
+    command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", "4",
+               "--request-count", str(count), *arguments]
+    result = subprocess.run(command, env={**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}, capture_output=True,
+                            text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"perf_analyzer failed on {model} over {protocol}:\n{result.stdout}{result.stderr}")
+    return float(re.search(r"throughput: ([0-9.]+) infer/sec", result.stdout).group(1))
+
+
+def rss_mib(server):
+    return proc_kib(server.process.pid, "status", "VmRSS:") / 1024
+
+
+def measure(server, protocol, model, scale):
+    arguments, warm_up, count = KINDS[model]
+    run_requests(server, protocol, model, arguments, max(1, int(warm_up * scale)))
+    settled, peak, stop = rss_mib(server), [0.0], threading.Event()
+
+    def sample():
+        while not stop.wait(0.1):
+            peak[0] = max(peak[0], rss_mib(server))
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        rate = run_requests(server, protocol, model, arguments, max(1, int(count * scale)))
+    finally:
+        stop.set()
+        sampler.join()
+    time.sleep(1)
+    return {"model": model, "protocol": protocol, "requests": int(count * scale), "rate": rate, "settled": settled,
+            "peak": max(peak[0], settled), "after": rss_mib(server)}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--scale", type=float, default=1.0)
+    args = parser.parse_args()
+    repo = CACHE / "repos" / "leaks"
+    shutil.rmtree(repo, ignore_errors=True)
+    for model in KINDS:
+        shutil.copytree(ROOT / "model_repository" / model, repo / model)
+    server = tessera_server(repo, TESSERA)
+    rows = []
+    try:
+        print(f"  tessera ready in {server.start():.1f} s", flush=True)
+        started = rss_mib(server)
+        for model in KINDS:
+            for protocol in ("http", "grpc"):
+                rows.append(measure(server, protocol, model, args.scale))
+                print(f"  {rows[-1]}", flush=True)
+    finally:
+        server.stop()
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
+    lines = [f"Resident memory under sustained requests, {stamp} ({os.cpu_count()} cores, `scripts/dev bench-leaks"
+             f"{'' if args.scale == 1 else f' --scale {args.scale}'}`): perf_analyzer c=4 `--request-count`, one server "
+             f"for all rows in this order (it started at {started:.0f} MiB); settled = after the warm-up; after = 1 s "
+             "after the run.", "",
+             "| model | protocol | requests | requests/s | settled MiB | peak MiB | after MiB | after/settled |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['protocol']} | {r['requests']} | {r['rate']:.0f} | {r['settled']:.1f} | "
+                     f"{r['peak']:.1f} | {r['after']:.1f} | {r['after'] / r['settled']:.3f} |")
+    save_results("leaks", stamp, "\n".join(lines), {"rows": rows})
+
+
+if __name__ == "__main__":
+    main()
