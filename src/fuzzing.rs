@@ -146,7 +146,7 @@ pub fn repository_load(data: &[u8]) {
             let last = overrides.files.iter().rev().find(|(other, _)| same(other)).map(|(_, content)| content);
             assert_eq!(Some(&Bytes::from(written)), last, "file:{path}");
         }
-        let root = scratch.root.clone();
+        let root = scratch.root().to_path_buf();
         drop(scratch);
         assert!(!root.exists(), "the scratch directory outlived its model");
     }

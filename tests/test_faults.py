@@ -57,7 +57,7 @@ def threads_of(server):
 
 # What a client may see once the server stops: its connection refused, closed or reset, or gRPC's
 # UNAVAILABLE — never a wrong answer, a server error or a hang.
-STOPPED = ("connection refused", "connection reset", "remote end closed", "connection aborted", "broken pipe",
+STOPPED = ("connection refused", "connection reset", "connection closed", "remote end closed", "connection aborted", "broken pipe",
            "statuscode.unavailable")
 
 
@@ -301,6 +301,33 @@ def test_a_50_mb_load_payload_is_refused_or_fails_that_model_and_leaves_nothing(
         assert list(scratch.iterdir()) == [], list(scratch.iterdir())
         assert not (repo / "big").exists()
         assert_serving(server)
+    finally:
+        assert server.stop() == 0
+
+
+def test_supplied_files_go_to_a_private_directory_no_one_could_plant(tmp_path):
+    """Supplied files used to be written under `$TMPDIR/tessera-<pid>-load-<n>`, a name another local user
+    could create first as a symlink to a directory of theirs (or read, the directory being world-readable)."""
+    repo = simple_repo(tmp_path / "repo")
+    scratch, elsewhere = tmp_path / "scratch", tmp_path / "elsewhere"
+    scratch.mkdir()
+    elsewhere.mkdir()
+    server = Server([repo], tmp_path, "--model-control-mode=explicit", "--load-model=simple",
+                    env={"TMPDIR": str(scratch)}).wait_live()
+    try:
+        for n in range(10):
+            (scratch / f"tessera-{server.process.pid}-load-{n}").symlink_to(elsewhere)
+        wasm = (repo / "simple" / "1" / "model.wasm").read_bytes()
+        body = {"parameters": {"config": json.dumps({"name": "uploaded", "backend": "wasm", "max_batch_size": 8,
+                                                     "input": [{"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("INPUT0", "INPUT1")],
+                                                     "output": [{"name": n, "data_type": "TYPE_INT32", "dims": [16]} for n in ("OUTPUT0", "OUTPUT1")]}),
+                               "file:1/model.wasm": base64.b64encode(wasm).decode()}}
+        response = requests.post(server.url("/v2/repository/models/uploaded/load"), json=body, timeout=60)
+        assert response.status_code == 200, response.text
+        assert list(elsewhere.iterdir()) == []
+        private = [p for p in scratch.iterdir() if not p.is_symlink()]
+        assert len(private) == 1 and private[0].stat().st_mode & 0o777 == 0o700, private
+        assert (private[0] / "uploaded" / "1" / "model.wasm").read_bytes() == wasm
     finally:
         assert server.stop() == 0
 

@@ -3,8 +3,8 @@
 //! directory of the server's own, never into the user's repository, and the directory is removed once no
 //! loaded model uses it.
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
@@ -48,28 +48,28 @@ impl LoadOverrides {
     }
 }
 
-/// A private directory holding a model's supplied files, removed when dropped.
+/// A private directory holding a model's supplied files, removed when dropped. It is made by `tempfile`: a
+/// name no one can guess, created anew (never a directory or symlink someone planted at that name), that
+/// only the server's user can enter.
 #[derive(Debug)]
 pub struct ScratchDir {
-    pub root: PathBuf,
+    dir: tempfile::TempDir,
 }
 
 impl ScratchDir {
     /// Writes `files` under a new private directory; returns it and the model directory inside it.
     pub fn create(model: &str, files: &[(String, Bytes)]) -> Result<(ScratchDir, PathBuf)> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let root = std::env::temp_dir().join(format!(
-            "tessera-{}-load-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        let scratch = ScratchDir { root };
         model_files::check_model_name(model).map_err(Error::InvalidArgument)?;
-        let model_dir = scratch.root.join(model);
         let store_failed = |path: &str, e: &dyn std::fmt::Display| {
             Error::internal(format!("cannot store the supplied file '{path}': {e}"))
         };
-        std::fs::create_dir_all(&model_dir).map_err(|e| store_failed(model, &e))?;
+        let dir = tempfile::Builder::new()
+            .prefix("tessera-load-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()
+            .map_err(|e| store_failed(model, &e))?;
+        let model_dir = dir.path().join(model);
+        std::fs::create_dir(&model_dir).map_err(|e| store_failed(model, &e))?;
         for (path, content) in files {
             // The path was checked as text; resolving it as well keeps every write inside the model
             // directory whatever the directory holds.
@@ -79,13 +79,12 @@ impl ScratchDir {
                 target.parent().map_or(Ok(()), std::fs::create_dir_all).and_then(|_| std::fs::write(&target, content));
             written.map_err(|e| store_failed(path, &e))?;
         }
-        Ok((scratch, model_dir))
+        Ok((ScratchDir { dir }, model_dir))
     }
-}
 
-impl Drop for ScratchDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
+    /// The directory that holds the model directory.
+    pub fn root(&self) -> &Path {
+        self.dir.path()
     }
 }
 
@@ -130,7 +129,8 @@ mod tests {
         let (scratch, model_dir) =
             ScratchDir::create("m", &[("1/model.wasm".into(), Bytes::from_static(b"abc"))]).unwrap();
         assert_eq!(std::fs::read(model_dir.join("1/model.wasm")).unwrap(), b"abc");
-        let root = scratch.root.clone();
+        let root = scratch.root().to_path_buf();
+        assert_eq!(std::fs::metadata(&root).unwrap().permissions().mode() & 0o777, 0o700);
         drop(scratch);
         assert!(!root.exists());
     }
