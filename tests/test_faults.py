@@ -11,7 +11,6 @@ import pathlib
 import shutil
 import signal
 import socket
-import subprocess
 import threading
 import time
 
