@@ -1,4 +1,5 @@
-//! The `tessera` binary: parse the command line, run the server until SIGINT/SIGTERM.
+//! The `tessera` binary: parse the command line, run the server until SIGINT/SIGTERM (or, as `tessera
+//! healthcheck`, ask a running server whether it is ready).
 
 use tessera::observability::logging::Log;
 
@@ -9,6 +10,9 @@ use tessera::observability::logging::Log;
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    if tessera::cli::Healthcheck::requested() {
+        return tessera::cli::Healthcheck::run_from_command_line();
+    }
     let options = tessera::cli::Options::parse_command_line();
     // While the process has one thread: the TensorFlow backend's library is found through the environment.
     let tensorflow_dir = options.backend_setting("tensorflow", "library-dir").map(std::path::PathBuf::from);

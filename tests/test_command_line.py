@@ -185,3 +185,32 @@ def test_an_empty_ort_dylib_path_is_unset(tmp_path):
         assert requests.get(server.url("/v2/models/simple_onnx/ready"), timeout=10).status_code == 200
     finally:
         assert server.stop() == 0
+
+
+def healthcheck(*flags):
+    done = subprocess.run([str(BINARY), "healthcheck", *flags], capture_output=True, text=True, timeout=30)
+    return done.returncode, done.stderr
+
+
+def test_healthcheck_answers_for_exec_probes(tmp_path):
+    """`tessera healthcheck` exits 0 when the server is ready (or live, with --live) and 1 with the reason when
+    it is not, for images that have no shell or curl."""
+    repo = repo_with_simple(tmp_path)
+    # Every model loaded, one of them broken: live, but not ready under strict readiness.
+    server = Server([repo], tmp_path, "--exit-on-error=false", "--strict-readiness=true").wait_live()
+    port = str(server.http_port)
+    try:
+        wait_for(lambda: "broken" in server.log(), what="the broken model's failure")
+        assert healthcheck("--http-port", port, "--live") == (0, "")
+        code, reason = healthcheck("--http-port", port)
+        assert code == 1 and f"http://127.0.0.1:{port}/v2/health/ready answered 400" in reason, reason
+    finally:
+        assert server.stop() == 0
+    server = Server([repo_with_simple(tmp_path / "second")], tmp_path, *SEED_FLAGS).wait_live()
+    port = str(server.http_port)
+    try:
+        assert healthcheck("--http-port", port) == (0, "")
+    finally:
+        assert server.stop() == 0
+    code, reason = healthcheck("--http-port", port, "--timeout-secs", "2")
+    assert code == 1 and "Connection refused" in reason, reason

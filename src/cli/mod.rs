@@ -13,6 +13,9 @@ use crate::observability::trace::settings::{parse_count, parse_log_frequency, pa
 pub use crate::repository::ControlMode;
 
 mod compat;
+mod healthcheck;
+
+pub use healthcheck::Healthcheck;
 
 /// The flags, grouped under tritonserver's headings and in its order. tritonserver's flags that mean
 /// nothing here are in `compat`, added to the same command.
