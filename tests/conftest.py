@@ -24,6 +24,8 @@ SPEECH = ROOT / ".cache" / "models" / "speech"
 EXAMPLE_MODELS = json.loads((ROOT / "plugins" / "models.json").read_text())
 # The Python runtime setup builds, where the server finds it.
 PYTHON_RUNTIME = ROOT / ".cache" / "python"
+# KServe's storage initializer, in the venv setup makes for it.
+KSERVE_STORAGE_PYTHON = ROOT / ".cache" / "kserve-storage" / "venv" / "bin" / "python"
 # The tool setup builds that compiles TorchScript with libtorch (scripts/torchscript.cpp).
 TORCHSCRIPT = ROOT / ".cache" / "torchscript"
 
@@ -217,7 +219,7 @@ def built():
               *(ROOT / "model_repository" / model / "1/model.onnx"
                 for model in ("simple_onnx", "simple_string", "simple_int8", "orientation", "simple_sequence",
                             "simple_dyna_sequence")),
-              ROOT / "model_repository/orientation_ensemble/labels.txt", TORCHSCRIPT,
+              ROOT / "model_repository/orientation_ensemble/labels.txt", TORCHSCRIPT, KSERVE_STORAGE_PYTHON,
               *(ROOT / "model_repository" / model / "1/model.pt"
                 for model in ("add_sub_torch", "mlp_torch", "silero_vad_torch")),
               ROOT / "model_repository/simple_tf/1/model.graphdef",

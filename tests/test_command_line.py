@@ -214,3 +214,18 @@ def test_healthcheck_answers_for_exec_probes(tmp_path):
         assert server.stop() == 0
     code, reason = healthcheck("--http-port", port, "--timeout-secs", "2")
     assert code == 1 and "Connection refused" in reason, reason
+
+
+def test_a_repeated_flag_takes_its_last_value_as_tritonserver_does(tmp_path):
+    """KServe appends an InferenceService's args to its runtime's, so users override a runtime's flag by
+    repeating it; tritonserver (getopt) takes the last value, and so does Tessera."""
+    server = Server([repo_with_simple(tmp_path)], tmp_path, *SEED_FLAGS, "--exit-timeout-secs=1", "--exit-timeout-secs=7",
+                    "--load-model=other").wait_live()
+    try:
+        client = httpclient.InferenceServerClient(server.http_url)
+        # A repeatable flag still adds up: both models named are loaded.
+        assert client.is_model_ready("simple") and client.is_model_ready("other")
+        client.close()
+    finally:
+        assert server.stop() == 0
+    assert "finishing in-flight requests for up to 7s" in server.log()

@@ -4,19 +4,23 @@ KServe's webhook or the API server's Go code check, and the command lines they g
 must start Tessera and answer the probes they declare."""
 
 import os
+import functools
+import http.server
 import pathlib
 import re
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
+import threading
 import time
 
 import pytest
 import requests
 import yaml
 
-from conftest import BINARY, ROOT, add_model, free_ports
+from conftest import BINARY, KSERVE_STORAGE_PYTHON, ROOT, Server, add_model, add_sub_inputs, free_ports
 
 DEPLOY = ROOT / "deploy"
 # KServe's CRDs and the validator live beside the checkout (they are data, not the project's);
@@ -155,3 +159,50 @@ def test_the_container_command_lines_start_tessera_and_answer_the_probes(tmp_pat
         if process.poll() is None:
             process.kill()
         log.close()
+
+
+def test_kserves_storage_initializer_fetches_a_repository_tessera_serves(tmp_path):
+    """What KServe does before the runtime starts: its storage initializer (kserve-storage, as in KServe's
+    storage-initializer container) downloads `storageUri`, a repository tarball over HTTP here, and unpacks it
+    into /mnt/models; the runtime's command line then serves it."""
+    source = tmp_path / "source"
+    add_model(source, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    shutil.copytree(ROOT / "model_repository/simple_onnx", source / "simple_onnx")
+    site = tmp_path / "site"
+    site.mkdir()
+    with tarfile.open(site / "repository.tar.gz", "w:gz") as tar:
+        for model in source.iterdir():
+            tar.add(model, arcname=model.name)
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(site))
+    files = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=files.serve_forever, daemon=True).start()
+    mounted = tmp_path / "mnt" / "models"
+    mounted.mkdir(parents=True)
+    try:
+        uri = f"http://127.0.0.1:{files.server_address[1]}/repository.tar.gz"
+        fetched = subprocess.run([str(KSERVE_STORAGE_PYTHON), "-c", "import sys\nfrom kserve_storage import Storage\n"
+                                  "Storage.download(sys.argv[1], sys.argv[2])", uri, str(mounted)],
+                                 capture_output=True, text=True, timeout=120)
+        assert fetched.returncode == 0, fetched.stderr
+    finally:
+        files.shutdown()
+    assert sorted(p.name for p in mounted.iterdir()) == ["simple", "simple_onnx"]
+    runtime = documents(DEPLOY / "kserve/clusterservingruntime.yaml")[0]
+    _, args = container_args(runtime, mounted, tmp_path / "cache", {})
+    # Server gives free ports of its own instead of the runtime's.
+    args = [a for a in args if not a.startswith(("--http-port=", "--grpc-port="))]
+    server = Server([], tmp_path, *args).wait_live()
+    try:
+        import numpy as np
+        import tritonclient.grpc as grpcclient
+        import tritonclient.http as httpclient
+
+        data = np.arange(16, dtype=np.int32).reshape(1, 16)
+        for module, url in ((httpclient, server.http_url), (grpcclient, server.grpc_url)):
+            client = module.InferenceServerClient(url)
+            for model in ("simple", "simple_onnx"):
+                result = client.infer(model, add_sub_inputs(module, data))
+                np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data * 2)
+            client.close()
+    finally:
+        assert server.stop() == 0

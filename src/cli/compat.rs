@@ -142,7 +142,9 @@ pub fn add_to(command: Command) -> Command {
     };
     let mut args: Vec<Arg> = command.get_arguments().cloned().collect();
     args.sort_by_key(rank);
-    let mut sorted = Command::new(command.get_name().to_string());
+    // A flag given twice takes its last value, as tritonserver (getopt) does: KServe appends an
+    // InferenceService's args to its runtime's, so a user overrides a runtime's flag by repeating it.
+    let mut sorted = Command::new(command.get_name().to_string()).args_override_self(true);
     if let Some(version) = command.get_version() {
         sorted = sorted.version(version.to_string());
     }
