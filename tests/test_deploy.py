@@ -206,3 +206,32 @@ def test_kserves_storage_initializer_fetches_a_repository_tessera_serves(tmp_pat
             client.close()
     finally:
         assert server.stop() == 0
+
+
+def test_kserves_own_triton_runtime_arguments_start_tessera(tmp_path):
+    """KServe's stock `kserve-tritonserver` runtime gives the container `tritonserver` and its flags as
+    arguments; in Tessera's image they follow the entrypoint, so `tessera tritonserver …` must serve."""
+    repository = tmp_path / "mnt" / "models"
+    add_model(repository, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    http, grpc, metrics = free_ports(3)
+    # KServe's config/runtimes/kserve-tritonserver.yaml, with free ports for its 8080 and 9000.
+    args = ["tritonserver", f"--model-store={repository}", f"--grpc-port={grpc}", f"--http-port={http}",
+            "--allow-grpc=true", "--allow-http=true", f"--metrics-port={metrics}", f"--cache-dir={tmp_path / 'cache'}"]
+    log = open(tmp_path / "tessera.log", "w")
+    process = subprocess.Popen([str(BINARY), *args], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if requests.get(f"http://127.0.0.1:{http}/v2/models/simple/ready", timeout=1).status_code == 200:
+                    break
+            except requests.ConnectionError:
+                pass
+            assert time.monotonic() < deadline and process.poll() is None, (tmp_path / "tessera.log").read_text()
+            time.sleep(0.05)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        log.close()

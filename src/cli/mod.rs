@@ -263,13 +263,27 @@ fn parse_backend_config(text: &str) -> Result<(String, String, String), String> 
     Ok((backend.to_string(), key.to_string(), value.to_string()))
 }
 
+/// The command line less a first argument `tritonserver`: runtimes written for Triton's image (KServe's
+/// `kserve-tritonserver` among them) start the container with `tritonserver <flags>` as its arguments, which
+/// in Tessera's image follow the entrypoint, `tessera`.
+fn arguments_without_tritonserver(
+    arguments: impl IntoIterator<Item = std::ffi::OsString>,
+) -> impl Iterator<Item = std::ffi::OsString> {
+    let mut arguments = arguments.into_iter().peekable();
+    let program = arguments.next();
+    if arguments.peek().is_some_and(|first| first == "tritonserver") {
+        arguments.next();
+    }
+    program.into_iter().chain(arguments)
+}
+
 impl Options {
     /// The process's command line, tritonserver's flags for other servers included; exits with clap's
     /// message on a bad one, or with ours on one that `compat` refuses or a trace or cache setting Tessera
     /// does not have.
     pub fn parse_command_line() -> Self {
         let command = compat::add_to(Options::command());
-        let matches = command.get_matches();
+        let matches = command.get_matches_from(arguments_without_tritonserver(std::env::args_os()));
         let mut options = Options::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
         let checked = compat::notices(&matches).and_then(|notices| {
             options.notices = notices;
