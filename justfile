@@ -55,3 +55,7 @@ bench-floods *ARGS:
 # Resident memory over 100k requests a kind (simple, large BYTES, 8 MiB FP32, Python, ONNX), HTTP and gRPC.
 bench-leaks *ARGS:
     scripts/dev bench-leaks {{ARGS}}
+
+# The container image (OCI layout and docker archive in .cache/image), built without a Docker daemon.
+image:
+    scripts/dev image
