@@ -133,9 +133,10 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
         endpoints.push(tokio::spawn(serving));
     }
     shutdown_signal().await;
+    service.begin_shutdown();
+    drain(Duration::from_secs(options.exit_drain_secs)).await;
     let exit_timeout = Duration::from_secs(options.exit_timeout_secs);
     tracing::info!("shutting down: no new connections; finishing in-flight requests for up to {exit_timeout:?}");
-    service.begin_shutdown();
     let _ = stop_tx.send(true);
     let drained = async {
         futures_util::future::join_all(endpoints).await;
@@ -152,6 +153,18 @@ pub async fn run(options: Options, log: Arc<Log>) -> anyhow::Result<()> {
     }
     trace::tracer().flush();
     Ok(())
+}
+
+/// Goes on serving, not ready, for `period` (`--exit-drain-secs`) or until a second signal.
+async fn drain(period: Duration) {
+    if period.is_zero() {
+        return;
+    }
+    tracing::info!("draining: reporting not ready and still serving for {period:?} (--exit-drain-secs)");
+    tokio::select! {
+        () = tokio::time::sleep(period) => {}
+        () = shutdown_signal() => tracing::info!("a second signal: draining cut short"),
+    }
 }
 
 fn report_failures(repository: &ModelRepository) {

@@ -131,6 +131,26 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_0(tmp_path)
     assert "shutting down" in server.log() and "stopped" in server.log()
 
 
+def test_a_drain_serves_not_ready_before_the_ports_close(tmp_path):
+    repo = simple_repo(tmp_path / "repo")
+    server = Server([repo], tmp_path, "--exit-drain-secs=3").wait_live()
+    signalled = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: requests.get(server.url("/v2/health/ready"), timeout=2).status_code == 400, what="not ready")
+    # Not ready, not live, and still answering inference on both protocols until the drain ends.
+    assert requests.get(server.url("/v2/health/live"), timeout=2).status_code == 400
+    assert_serving(server)
+    grpc_client = grpcclient.InferenceServerClient(server.grpc_url)
+    data = np.arange(16, dtype=np.int32).reshape(1, 16)
+    np.testing.assert_array_equal(grpc_client.infer("simple", add_sub_inputs(grpcclient, data)).as_numpy("OUTPUT0"), data * 2)
+    grpc_client.close()
+    assert time.monotonic() - signalled < 3
+    assert server.wait_exit(timeout=20) == 0
+    assert 3 <= time.monotonic() - signalled < 8
+    assert "draining: reporting not ready and still serving for 3s (--exit-drain-secs)" in server.log()
+    server.log_file.close()
+
+
 # --- SIGKILL while the plugin cache is written ------------------------------------------------------------
 
 

@@ -31,6 +31,12 @@ pub struct Options {
     #[arg(help_heading = "Server", long, default_value_t = 30, value_name = "SECONDS")]
     pub exit_timeout_secs: u64,
 
+    /// On SIGINT/SIGTERM, seconds to go on serving while reporting not ready, before the ports close (then
+    /// `--exit-timeout-secs` applies): a load balancer or Kubernetes' endpoints see the replica leave and stop
+    /// sending it requests before its connections close. A second signal cuts it short. A Tessera option.
+    #[arg(help_heading = "Server", long, default_value_t = 0, value_name = "SECONDS")]
+    pub exit_drain_secs: u64,
+
     /// Most client connections open at once over all ports; more are closed as they arrive. It is also
     /// kept below the process's open-file limit, so that the server always has descriptors left for its
     /// own files. A Tessera option.
