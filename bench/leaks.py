@@ -1,5 +1,6 @@
 """Resident memory under sustained good traffic (issue #23), the long version of tests/test_leaks.py: for each
-kind of request, perf_analyzer sends a warm-up and then a long run (`--request-count`, concurrency 4) over
+kind of request, perf_analyzer sends a warm-up and then a long run (`--request-count`, concurrency 4, in runs of
+at most 1 GiB of responses, which perf_analyzer keeps until a run ends) over
 HTTP and then gRPC, and the server's resident memory is read when the warm-up ends (settled), sampled every
 100 ms during the run (peak) and read when it ends (after). A server that leaks per request ends above its
 settled value by the leak times the requests; one that does not ends within noise of it.
@@ -22,26 +23,36 @@ import time
 
 from harness import CACHE, PERF, ROOT, TESSERA, proc_kib, save_results, tessera_server
 
-# model: (perf_analyzer arguments, warm-up requests, measured requests) at scale 1.
+# model: (perf_analyzer arguments, warm-up requests, measured requests, bytes a response) at scale 1.
 KINDS = {
-    "simple": ([], 10_000, 100_000),
-    "identity_bytes": (["--shape", "INPUT0:64", "--string-length", "4096"], 10_000, 100_000),
-    "identity_fp32": (["--shape", "INPUT0:2097152"], 500, 5_000),
-    "add_sub_python": ([], 10_000, 100_000),
-    "simple_onnx": ([], 10_000, 100_000),
+    "simple": ([], 10_000, 100_000, 128),
+    "identity_bytes": (["--shape", "INPUT0:64", "--string-length", "4096"], 10_000, 100_000, 64 * 4100),
+    "identity_fp32": (["--shape", "INPUT0:2097152"], 500, 5_000, 8 << 20),
+    "add_sub_python": ([], 10_000, 100_000, 128),
+    "simple_onnx": ([], 10_000, 100_000, 128),
 }
+# perf_analyzer keeps what it receives until a run ends (100k responses of 256 KiB were killed for memory
+# on this 23 GiB machine), so a run is split into runs of at most this many response bytes.
+RUN_BYTES = 1 << 30
 
 
-def run_requests(server, protocol, model, arguments, count):
-    """`count` requests of `model` by perf_analyzer at concurrency 4; returns its requests a second."""
+def run_requests(server, protocol, model, count):
+    """`count` requests of `model` by perf_analyzer at concurrency 4 (in as many runs as RUN_BYTES needs);
+    returns the requests a second over them."""
+    arguments, _, _, response_bytes = KINDS[model]
     url = server.http if protocol == "http" else server.grpc
-    command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", "4",
-               "--request-count", str(count), *arguments]
-    result = subprocess.run(command, env={**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}, capture_output=True,
-                            text=True)
-    if result.returncode != 0:
-        raise SystemExit(f"perf_analyzer failed on {model} over {protocol}:\n{result.stdout}{result.stderr}")
-    return float(re.search(r"throughput: ([0-9.]+) infer/sec", result.stdout).group(1))
+    per_run = max(1, RUN_BYTES // response_bytes)
+    seconds = 0.0
+    for done in range(0, count, per_run):
+        requests = min(per_run, count - done)
+        command = [str(PERF / "perf_analyzer"), "-m", model, "-u", url, "-i", protocol, "--concurrency-range", "4",
+                   "--request-count", str(requests), *arguments]
+        result = subprocess.run(command, env={**os.environ, "LD_LIBRARY_PATH": str(PERF / "lib")}, capture_output=True,
+                                text=True)
+        if result.returncode != 0:
+            raise SystemExit(f"perf_analyzer failed ({result.returncode}) on {model} over {protocol}:\n{result.stdout}{result.stderr}")
+        seconds += requests / float(re.search(r"throughput: ([0-9.]+) infer/sec", result.stdout).group(1))
+    return count / seconds
 
 
 def rss_mib(server):
@@ -49,8 +60,8 @@ def rss_mib(server):
 
 
 def measure(server, protocol, model, scale):
-    arguments, warm_up, count = KINDS[model]
-    run_requests(server, protocol, model, arguments, max(1, int(warm_up * scale)))
+    _, warm_up, count, _ = KINDS[model]
+    run_requests(server, protocol, model, max(1, int(warm_up * scale)))
     settled, peak, stop = rss_mib(server), [0.0], threading.Event()
 
     def sample():
@@ -60,7 +71,7 @@ def measure(server, protocol, model, scale):
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        rate = run_requests(server, protocol, model, arguments, max(1, int(count * scale)))
+        rate = run_requests(server, protocol, model, max(1, int(count * scale)))
     finally:
         stop.set()
         sampler.join()
