@@ -98,6 +98,20 @@ def wait_for(condition, timeout=15, what="condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_until_answers(url, process, log_path, timeout=30):
+    """Polls `url` until it answers 200; fails with the log at `log_path` when `process` (one started without
+    the Server class: under runc, or with a manifest's command line) exits or `timeout` passes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if requests.get(url, timeout=1).status_code == 200:
+                return
+        except requests.ConnectionError:
+            pass
+        assert time.monotonic() < deadline and process.poll() is None, pathlib.Path(log_path).read_text()
+        time.sleep(0.05)
+
+
 def add_sub_inputs(module, data):
     """INPUT0 and INPUT1 of the add/sub models (`simple`, `simple_onnx`), both holding `data` (INT32 [1, 16])."""
     inputs = []

@@ -14,13 +14,12 @@ import subprocess
 import sys
 import tarfile
 import threading
-import time
 
 import pytest
 import requests
 import yaml
 
-from conftest import BINARY, KSERVE_STORAGE_PYTHON, ROOT, Server, add_model, add_sub_inputs, free_ports
+from conftest import BINARY, KSERVE_STORAGE_PYTHON, ROOT, Server, add_model, add_sub_inputs, free_ports, wait_until_answers
 
 DEPLOY = ROOT / "deploy"
 # KServe's CRDs and the validator live beside the checkout (they are data, not the project's);
@@ -141,15 +140,7 @@ def test_the_container_command_lines_start_tessera_and_answer_the_probes(tmp_pat
     try:
         for probe in ("readinessProbe", "livenessProbe"):
             path = container[probe]["httpGet"]["path"]
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    if requests.get(f"http://127.0.0.1:{http}{path}", timeout=1).status_code == 200:
-                        break
-                except requests.ConnectionError:
-                    pass
-                assert time.monotonic() < deadline and process.poll() is None, (tmp_path / "tessera.log").read_text()
-                time.sleep(0.05)
+            wait_until_answers(f"http://127.0.0.1:{http}{path}", process, tmp_path / "tessera.log")
         assert requests.get(f"http://127.0.0.1:{metrics}/metrics", timeout=5).status_code == 200
         # SIGTERM, as the kubelet sends it: out well within the grace period.
         grace = document["spec"].get("template", {}).get("spec", {}).get("terminationGracePeriodSeconds", 30)
@@ -220,15 +211,7 @@ def test_kserves_own_triton_runtime_arguments_start_tessera(tmp_path):
     log = open(tmp_path / "tessera.log", "w")
     process = subprocess.Popen([str(BINARY), *args], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{http}/v2/models/simple/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and process.poll() is None, (tmp_path / "tessera.log").read_text()
-            time.sleep(0.05)
+        wait_until_answers(f"http://127.0.0.1:{http}/v2/models/simple/ready", process, tmp_path / "tessera.log")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
     finally:

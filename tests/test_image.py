@@ -9,15 +9,13 @@ import os
 import pathlib
 import shutil
 import subprocess
-import time
 
 import numpy as np
 import pytest
-import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import ROOT, add_sub_inputs, free_ports
+from conftest import ROOT, add_sub_inputs, free_ports, wait_until_answers
 
 IMAGE = ROOT / ".cache" / "image"
 VERSION = next(line.split('"')[1] for line in (ROOT / "Cargo.toml").read_text().splitlines() if line.startswith("version = "))
@@ -67,15 +65,7 @@ def test_the_image_serves_a_mounted_repository_read_only_as_non_root(bundle, tmp
     container = subprocess.Popen(["runc", "run", "--bundle", str(bundle), name], stdout=log, stderr=subprocess.STDOUT,
                                  stdin=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if requests.get(f"http://127.0.0.1:{http}/v2/health/ready", timeout=1).status_code == 200:
-                    break
-            except requests.ConnectionError:
-                pass
-            assert time.monotonic() < deadline and container.poll() is None, (tmp_path / "container.log").read_text()
-            time.sleep(0.1)
+        wait_until_answers(f"http://127.0.0.1:{http}/v2/health/ready", container, tmp_path / "container.log", timeout=300)
         state = json.loads(run("runc", "state", name))
         status = pathlib.Path(f"/proc/{state['pid']}/status").read_text()
         assert next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1] == "65532"
