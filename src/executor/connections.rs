@@ -3,7 +3,8 @@
 //! connection finishes what it is serving and closes. This is what `axum::serve` and tonic's `Server` do.
 //! It is written out here so that each connection's task can be wrapped in `PollAgain` (see there for
 //! why), so that hyper runs each gRPC call with our executor (`inline_first`), and so that every
-//! port is held to the same `ConnectionLimits`.
+//! port is held to the same `ConnectionLimits`: a cap on open connections, a deadline to start a request
+//! (`Opening`), and a count in the log of the connections each closes.
 
 use std::future::Future;
 use std::os::fd::AsRawFd;
