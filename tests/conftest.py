@@ -168,8 +168,16 @@ class Server:
 
     def rss_kib(self):
         """The process's resident memory (VmRSS), in KiB."""
+        return self._status("VmRSS:")
+
+    def threads(self):
+        """How many threads the process has."""
+        return self._status("Threads:")
+
+    def _status(self, key):
+        """The number after `key` in /proc/<pid>/status."""
         status = pathlib.Path(f"/proc/{self.process.pid}/status").read_text()
-        return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
+        return int(next(line.split()[1] for line in status.splitlines() if line.startswith(key)))
 
     @property
     def http_url(self):

@@ -19,7 +19,8 @@ import pytest
 import requests
 import yaml
 
-from conftest import BINARY, KSERVE_STORAGE_PYTHON, ROOT, Server, add_model, add_sub_inputs, free_ports, wait_until_answers
+from conftest import BINARY, KSERVE_STORAGE_PYTHON, ROOT, Server, add_sub_inputs, free_ports, wait_until_answers
+from test_security import small_repo
 
 DEPLOY = ROOT / "deploy"
 # KServe's CRDs and the validator live beside the checkout (they are data, not the project's);
@@ -126,8 +127,7 @@ def container_args(document, repository, cache, ports):
 
 @pytest.mark.parametrize("manifest", ["kubernetes/deployment.yaml", "kserve/clusterservingruntime.yaml"])
 def test_the_container_command_lines_start_tessera_and_answer_the_probes(tmp_path, manifest):
-    repository = tmp_path / "models"
-    add_model(repository, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    repository = small_repo(tmp_path / "models")
     document = documents(DEPLOY / manifest)[0]
     http, grpc, metrics = free_ports(3)
     declared = {"--http-port": http, "--grpc-port": grpc, "--metrics-port": metrics}
@@ -156,8 +156,7 @@ def test_kserves_storage_initializer_fetches_a_repository_tessera_serves(tmp_pat
     """What KServe does before the runtime starts: its storage initializer (kserve-storage, as in KServe's
     storage-initializer container) downloads `storageUri`, a repository tarball over HTTP here, and unpacks it
     into /mnt/models; the runtime's command line then serves it."""
-    source = tmp_path / "source"
-    add_model(source, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    source = small_repo(tmp_path / "source")
     shutil.copytree(ROOT / "model_repository/simple_onnx", source / "simple_onnx")
     site = tmp_path / "site"
     site.mkdir()
@@ -202,8 +201,7 @@ def test_kserves_storage_initializer_fetches_a_repository_tessera_serves(tmp_pat
 def test_kserves_own_triton_runtime_arguments_start_tessera(tmp_path):
     """KServe's stock `kserve-tritonserver` runtime gives the container `tritonserver` and its flags as
     arguments; in Tessera's image they follow the entrypoint, so `tessera tritonserver …` must serve."""
-    repository = tmp_path / "mnt" / "models"
-    add_model(repository, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    repository = small_repo(tmp_path / "mnt" / "models")
     http, grpc, metrics = free_ports(3)
     # KServe's config/runtimes/kserve-tritonserver.yaml, with free ports for its 8080 and 9000.
     args = ["tritonserver", f"--model-store={repository}", f"--grpc-port={grpc}", f"--http-port={http}",

@@ -7,7 +7,6 @@ import base64
 import hashlib
 import json
 import os
-import pathlib
 import shutil
 import signal
 import socket
@@ -24,32 +23,7 @@ from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from conftest import ROOT, Server, add_model, add_sub_inputs, identity_config, tensor_config, wait_for
-
-SIMPLE_CONFIG = (ROOT / "model_repository/simple/config.pbtxt").read_text()
-
-
-def simple_repo(root):
-    add_model(root, "simple", SIMPLE_CONFIG, plugin="add_sub")
-    return root
-
-
-def assert_serving(server):
-    client = httpclient.InferenceServerClient(server.http_url)
-    data = np.arange(16, dtype=np.int32).reshape(1, 16)
-    np.testing.assert_array_equal(client.infer("simple", add_sub_inputs(httpclient, data)).as_numpy("OUTPUT0"), data * 2)
-    client.close()
-
-
-def index(server):
-    response = requests.post(server.url("/v2/repository/index"), timeout=10)
-    assert response.status_code == 200, response.text
-    return {entry["name"]: entry for entry in response.json()}
-
-
-def threads_of(server):
-    status = pathlib.Path(f"/proc/{server.process.pid}/status").read_text()
-    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
-
+from test_security import SIMPLE_CONFIG, assert_serving, index, small_repo
 
 # --- SIGTERM under load ----------------------------------------------------------------------------------
 
@@ -98,7 +72,7 @@ class Callers:
 
 
 def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_0(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     add_model(repo, "sleep", 'backend: "wasm"\n', plugin="sleep")
     server = Server([repo], tmp_path).wait_live()
     callers = Callers(server)
@@ -132,7 +106,7 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_0(tmp_path)
 
 
 def test_a_drain_serves_not_ready_before_the_ports_close(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     server = Server([repo], tmp_path, "--exit-drain-secs=3").wait_live()
     signalled = time.monotonic()
     server.process.send_signal(signal.SIGTERM)
@@ -166,7 +140,7 @@ def intact(entry):
 
 
 def test_sigkill_while_the_cache_is_written_leaves_nothing_half_written(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     # Four more plugins, so that each start writes five entries.
     add_model(repo, "identity", identity_config("identity", "TYPE_FP32"), plugin="identity")
     add_model(repo, "sleep", 'backend: "wasm"\n', plugin="sleep")
@@ -238,7 +212,7 @@ def copy_as(repo, source, name):
 
 
 def test_broken_model_directories_fail_alone_with_their_reason(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     prefix = drops_file_permissions()
     unreadable_model = copy_as(repo, "simple", "unreadable_model")
     unreadable_version = copy_as(repo, "simple", "unreadable_version")
@@ -281,7 +255,7 @@ def test_broken_model_directories_fail_alone_with_their_reason(tmp_path):
         declared = [{"name": n, "shape": [1, 2**63 - 1, 2**63 - 1], "datatype": "INT32", "data": [1]} for n in ("INPUT0", "INPUT1")]
         response = requests.post(server.url("/v2/models/absurd_dims/infer"), json={"inputs": declared}, timeout=10)
         assert response.status_code == 400 and "error" in response.json(), response.text
-        assert server.rss_kib() < 1024 * 1024 and threads_of(server) < 200, (server.rss_kib(), threads_of(server))
+        assert server.rss_kib() < 1024 * 1024 and server.threads() < 200, (server.rss_kib(), server.threads())
     finally:
         for path in (unreadable_model, unreadable_version / "1"):
             os.chmod(path, 0o755)
@@ -292,7 +266,7 @@ def test_broken_model_directories_fail_alone_with_their_reason(tmp_path):
 
 
 def test_a_50_mb_load_payload_is_refused_or_fails_that_model_and_leaves_nothing(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     scratch = tmp_path / "scratch"
     scratch.mkdir()
     server = Server([repo], tmp_path, "--model-control-mode=explicit", "--load-model=simple",
@@ -327,7 +301,7 @@ def test_a_50_mb_load_payload_is_refused_or_fails_that_model_and_leaves_nothing(
 def test_supplied_files_go_to_a_private_directory_no_one_could_plant(tmp_path):
     """Supplied files used to be written under `$TMPDIR/tessera-<pid>-load-<n>`, a name another local user
     could create first as a symlink to a directory of theirs (or read, the directory being world-readable)."""
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     scratch, elsewhere = tmp_path / "scratch", tmp_path / "elsewhere"
     scratch.mkdir()
     elsewhere.mkdir()
@@ -355,7 +329,7 @@ CLEAN = ("unknown model", "has no available versions", "is not ready", "unavaila
 
 
 def test_50_rapid_load_unload_cycles_under_traffic_lose_nothing(tmp_path):
-    repo = simple_repo(tmp_path / "repo")
+    repo = small_repo(tmp_path / "repo")
     add_model(repo, "cycled", SIMPLE_CONFIG.replace('name: "simple"', 'name: "cycled"'), plugin="add_sub")
     server = Server([repo], tmp_path, "--model-control-mode=explicit", "--load-model=simple").wait_live()
     outcomes = {"simple": [], "cycled": []}

@@ -14,7 +14,8 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import ROOT, Server, add_model
+from conftest import ROOT, Server
+from test_security import small_repo
 
 sys.path.insert(0, str(ROOT / "bench"))
 from flood import SLOW_HTTP, SLOW_HTTP2, Flood, raise_open_file_limit  # noqa: E402
@@ -46,8 +47,7 @@ def p(values, percentile):
 def test_idle_and_slowloris_floods_are_closed_and_good_clients_are_served(tmp_path):
     if not raise_open_file_limit(IDLE + SLOW + 256):
         pytest.skip(f"the flood needs {IDLE + SLOW + 256} open files; this machine's hard limit is lower")
-    repo = tmp_path / "repo"
-    add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    repo = small_repo(tmp_path / "repo")
     server = Server([repo], tmp_path, f"--http-header-timeout-secs={HEADER_TIMEOUT_S}").wait_live()
     http = httpclient.InferenceServerClient(server.http_url, connection_timeout=10, network_timeout=10)
     grpc = grpcclient.InferenceServerClient(server.grpc_url)

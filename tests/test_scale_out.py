@@ -23,6 +23,7 @@ import tritonclient.http as httpclient
 import yaml
 
 from conftest import ROOT, Server, add_model, add_sub_inputs, free_ports, wait_for
+from test_security import small_repo
 
 DEPLOY = ROOT / "deploy" / "kubernetes"
 REPLICAS = 3
@@ -133,8 +134,7 @@ def test_three_replicas_behind_haproxy_drain_die_and_autoscale(tmp_path):
     for tool in ("haproxy", "prometheus"):
         if shutil.which(tool) is None:
             pytest.skip(f"{tool} is not installed (Debian's package; `scripts/dev setup` installs it)")
-    repo = tmp_path / "repo"
-    add_model(repo, "simple", (ROOT / "model_repository/simple/config.pbtxt").read_text(), plugin="add_sub")
+    repo = small_repo(tmp_path / "repo")
     add_model(repo, "sleep", 'backend: "wasm"\ninstance_group [ { count: 1 } ]\n', plugin="sleep")
     # A drain of a second, as deploy/kubernetes has one of 5: HAProxy checks every 100 ms.
     replicas = [Server([repo], tmp_path, "--exit-drain-secs=1", cache_dir=tmp_path / "cache") for _ in range(REPLICAS)]
