@@ -133,13 +133,13 @@ def identity_config(name, config_type):
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 
-    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, open_files=None, http_port=None, wrapper=()):
+    def __init__(self, repositories, tmp_path, *flags, cache_dir=None, env=None, open_files=None, http_port=None, grpc_port=None, wrapper=()):
         """`open_files`: run the server under that open-file limit (soft and hard), as a container would.
-        `http_port`: a fixed HTTP port (for clients that know only one) instead of a free one. `wrapper`: a
+        `http_port`, `grpc_port`: fixed ports (for clients that know only one) instead of free ones. `wrapper`: a
         command the server runs under (its arguments, ending with `--`)."""
         self.repositories, self.tmp_path, self.flags, self.env, self.open_files = repositories, tmp_path, flags, env, open_files
         self.wrapper = list(wrapper)
-        self.fixed_http_port = http_port
+        self.fixed_http_port, self.fixed_grpc_port = http_port, grpc_port
         self.cache_dir = cache_dir or (pathlib.Path(tmp_path) / "cache")
         self.start()
 
@@ -147,6 +147,7 @@ class Server:
         """Starts the process on fresh ports."""
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
         self.http_port = self.fixed_http_port or self.http_port
+        self.grpc_port = self.fixed_grpc_port or self.grpc_port
         self.log_path = pathlib.Path(self.tmp_path) / f"tessera-{self.http_port}.log"
         # prlimit (util-linux) rather than a preexec_fn: forking a process that runs grpcio's threads and
         # then running Python in the child can abort the child before it executes anything.

@@ -6,6 +6,7 @@
 //! runtime at every epoch tick) runs on the request's own task with no thread hand-off, while a backend that
 //! blocks (a native library) moves its work to a thread of its own inside its implementation.
 
+mod identity;
 mod leftovers;
 pub(crate) mod onnx;
 pub mod tensorflow;
@@ -100,15 +101,17 @@ pub enum BackendKind {
     OnnxRuntime,
     PyTorch,
     TensorFlow,
+    Identity,
 }
 
 impl BackendKind {
-    pub const ALL: [BackendKind; 5] = [
+    pub const ALL: [BackendKind; 6] = [
         BackendKind::Wasm,
         BackendKind::Python,
         BackendKind::OnnxRuntime,
         BackendKind::PyTorch,
         BackendKind::TensorFlow,
+        BackendKind::Identity,
     ];
 
     /// The name a config gives the backend (`backend: "..."`).
@@ -119,6 +122,7 @@ impl BackendKind {
             BackendKind::OnnxRuntime => "onnxruntime",
             BackendKind::PyTorch => "pytorch",
             BackendKind::TensorFlow => "tensorflow",
+            BackendKind::Identity => "identity",
         }
     }
 
@@ -128,7 +132,7 @@ impl BackendKind {
             BackendKind::OnnxRuntime => Some(ONNX_PLATFORM),
             BackendKind::PyTorch => Some(PYTORCH_PLATFORM),
             BackendKind::TensorFlow => Some(GRAPHDEF_PLATFORM),
-            BackendKind::Wasm | BackendKind::Python => None,
+            BackendKind::Wasm | BackendKind::Python | BackendKind::Identity => None,
         }
     }
 
@@ -232,7 +236,7 @@ impl Runtimes {
                 let (component, mounts) = self.python.component(dir, config)?;
                 self.wasm.auto_complete(config, dir, wasm::ComponentFile::Shared(&component), mounts)
             }
-            Some(BackendKind::PyTorch | BackendKind::TensorFlow) | None => Ok(()),
+            Some(BackendKind::PyTorch | BackendKind::TensorFlow | BackendKind::Identity) | None => Ok(()),
         }
     }
 
@@ -265,6 +269,10 @@ impl Runtimes {
                 Err("the tensorflow backend cannot serve a decoupled model: a graph answers each request once".into())
             }
             Some(BackendKind::TensorFlow) => Ok(Arc::new(self.tensorflow.load(ctx)?)),
+            Some(BackendKind::Identity) if crate::model_config::is_decoupled(ctx.config) => {
+                Err("the identity backend cannot serve a decoupled model: it answers each request once".into())
+            }
+            Some(BackendKind::Identity) => Ok(Arc::new(identity::load(ctx)?)),
             None => {
                 let what = if ctx.config.platform.is_empty() {
                     format!("backend '{}'", ctx.config.backend)

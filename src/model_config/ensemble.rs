@@ -317,19 +317,14 @@ fn agree(
     if !fits(&known.dims, &seen.dims) && !fits(&known.full_dims, &seen.full_dims) {
         return Err(format!(
             "{prefix}inconsistent shape: {} is inferred from model {} while {} is inferred from model {}",
-            dims_text(&known.full_dims),
+            super::dims_text(&known.full_dims),
             known.model,
-            dims_text(&seen.full_dims),
+            super::dims_text(&seen.full_dims),
             seen.model
         )
         .into());
     }
     Ok(())
-}
-
-/// Dims as Triton prints them: `[-1,16]`.
-fn dims_text(dims: &[i64]) -> String {
-    format!("[{}]", dims.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
 }
 
 #[cfg(test)]

@@ -95,6 +95,11 @@ pub fn parameter<T: std::str::FromStr>(config: &ModelConfig, key: &str, kind: &s
     }
 }
 
+/// Dims as Triton prints them: `[-1,16]`.
+pub fn dims_text(dims: &[i64]) -> String {
+    format!("[{}]", dims.iter().map(i64::to_string).collect::<Vec<_>>().join(","))
+}
+
 /// The name of a version's model file: `default_model_filename`, else the backend's `default`.
 pub fn model_file_name<'c>(config: &'c ModelConfig, default: &'c str) -> &'c str {
     match config.default_model_filename.as_str() {

@@ -24,8 +24,9 @@ const PLATFORMS: [(&str, &str); 6] = [
 
 /// Backends a Triton model repository may name. Only some are served by Tessera (see `backends`); the
 /// others are recognised so that their models fail with "not available here" rather than "unknown".
-const KNOWN_BACKENDS: [&str; 12] = [
+const KNOWN_BACKENDS: [&str; 13] = [
     "wasm",
+    "identity",
     "onnxruntime",
     "pytorch",
     "tensorflow",
