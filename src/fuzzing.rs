@@ -174,7 +174,7 @@ pub fn bytes_tensor(data: &[u8]) {
 pub fn wit_tensor_data(data: &[u8]) {
     use wit::HostTensorData;
     const CAP: usize = 1 << 20;
-    let limits = Limits { memory_bytes: CAP, execute_timeout: None, fuel: None };
+    let limits = Limits { memory_bytes: CAP, recycle_bytes: None, execute_timeout: None, fuel: None };
     let mut state = StoreState {
         wasi: WasiCtxBuilder::new().build(),
         table: ResourceTable::new(),

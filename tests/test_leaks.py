@@ -3,7 +3,12 @@
 request (simple, identity with large BYTES and with 8 MiB FP32 tensors, a Python model, ONNX) is sent over
 HTTP and gRPC until the server's memory has settled (the warm-up), then as many again: resident memory must
 end within 10% of its post-warm-up value. Plugins that trap or run past their execute timeout are restarted
-each time, and 1000 of either must not grow memory either."""
+each time, and 1000 of either must not grow memory either.
+
+Inside a plugin's sandbox: a Python model's large outputs must not leak there (componentize-py's bindings
+leak every `bytes` they lower; the runtime hands large tensors over as strings), and an instance whose
+memory grows anyway (a model's own leak) is replaced between requests at `wasm_memory_recycle_mb` rather
+than failing one when it reaches its limit."""
 
 import shutil
 import threading
@@ -80,6 +85,41 @@ def check_growth(what, settled, after):
     assert after <= settled * 1.10 and grown <= 16 * 1024, f"{what}: resident memory grew from {settled} KiB to {after} KiB"
 
 
+# 4 MiB of known bytes a request (every byte value, so the text they travel as is not ASCII).
+LARGE_OUTPUTS = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def execute(self, requests):
+        data = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", data)]) for _ in requests]
+"""
+
+# Keeps 2 MiB a request for good, and answers how many calls this instance has served.
+LEAKY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.kept = []
+
+    def execute(self, requests):
+        self.kept.append(bytearray(2 << 20))
+        calls = np.array([len(self.kept)], dtype=np.uint8)
+        return [pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT", calls)]) for _ in requests]
+"""
+
+
+def python_config(name, recycle_mb):
+    """A Python model with a 64 MiB sandbox, replaced at `recycle_mb` (0: never)."""
+    return (f'name: "{name}"\nbackend: "python"\n' + tensor_config("input", "INPUT", "TYPE_UINT8", [1])
+            + tensor_config("output", "OUTPUT", "TYPE_UINT8", [-1])
+            + 'parameters { key: "wasm_memory_limit_mb" value: { string_value: "64" } }\n'
+            + f'parameters {{ key: "wasm_memory_recycle_mb" value: {{ string_value: "{recycle_mb}" }} }}\n')
+
+
 @pytest.fixture(scope="module")
 def leak_server(tmp_path_factory, component_cache):
     tmp = tmp_path_factory.mktemp("leaks")
@@ -91,6 +131,18 @@ def leak_server(tmp_path_factory, component_cache):
     add_model(repo, "faulty_timeout", 'backend: "wasm"\n' + faults
               + 'parameters { key: "wasm_execute_timeout_ms" value: { string_value: "5" } }\n', plugin="faulty")
     server = Server([repo], tmp, cache_dir=component_cache).wait_live(timeout=600)
+    yield server
+    assert server.stop() == 0, server.log()[-3000:]
+
+
+@pytest.fixture(scope="module")
+def sandbox_server(tmp_path_factory, component_cache):
+    """The Python models that grow their sandboxes, on a server of their own (the resident-memory checks
+    above run without them)."""
+    tmp = tmp_path_factory.mktemp("sandbox_leaks")
+    for name, recycle_mb, model_py in (("large_outputs", 0, LARGE_OUTPUTS), ("leaky", 48, LEAKY), ("leaky_kept", 0, LEAKY)):
+        add_model(tmp / "repo", name, python_config(name, recycle_mb), files={"model.py": model_py.encode()})
+    server = Server([tmp / "repo"], tmp, cache_dir=component_cache).wait_live(timeout=600)
     yield server
     assert server.stop() == 0, server.log()[-3000:]
 
@@ -129,3 +181,33 @@ def test_1000_traps_or_timeouts_do_not_grow_memory(leak_server, model, mode, err
         client.close()
     print(f"{model}: {settled / 1024:.1f} MiB after 100 failures, {after / 1024:.1f} MiB after 1000 more")
     check_growth(model, settled, after)
+
+
+def call_python(server, model, times):
+    """The answers of `times` requests to a Python model over gRPC, or the first error."""
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    request = grpcclient.InferInput("INPUT", [1], "UINT8")
+    request.set_data_from_numpy(np.array([1], dtype=np.uint8))
+    try:
+        return [client.infer(model, [request]).as_numpy("OUTPUT") for _ in range(times)]
+    finally:
+        client.close()
+
+
+def test_large_python_outputs_do_not_leak_in_the_sandbox(sandbox_server):
+    """60 outputs of 4 MiB through a 64 MiB sandbox that is never recycled: each used to stay behind."""
+    expected = np.arange(1 << 20, dtype=np.uint32).view(np.uint8)
+    answers = call_python(sandbox_server, "large_outputs", 60)
+    assert all(np.array_equal(answer, expected) for answer in answers)
+    assert not [line for line in sandbox_server.log().splitlines() if "re-creating" in line and "large_outputs" in line]
+
+
+def test_an_instance_whose_memory_grows_is_replaced_between_requests(sandbox_server):
+    """2 MiB kept a request: with recycling at 48 MiB of 64 every request succeeds and the instance starts
+    over (its call count drops back); without it, a request fails at the limit."""
+    counts = [int(answer[0]) for answer in call_python(sandbox_server, "leaky", 60)]
+    restarts = [i for i in range(1, len(counts)) if counts[i] < counts[i - 1]]
+    assert restarts and max(counts) < 32, counts
+    assert "re-creating the instance: its memory grew to" in sandbox_server.log()
+    with pytest.raises(InferenceServerException, match="memory limit of 64 MiB"):
+        call_python(sandbox_server, "leaky_kept", 60)

@@ -132,6 +132,29 @@ class TritonPythonModel:
 '''
 
 
+# Outputs made from an input in ways that keep its bytes whole (as is, reshaped, viewed as bytes) and in
+# ways that do not (reversed, half of it, changed): the first go back as the input's own handle, the others
+# as new bytes, and each must answer exactly what numpy says.
+PASSING_ON = b'''import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            outputs = {"SAME": x, "RESHAPED": x.reshape(-1, 2), "AS_BYTES": x.view(np.uint8),
+                       "REVERSED": x[::-1], "HALF": x[: len(x) // 2], "CHANGED": x + 1}
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()]))
+        return responses
+'''
+PASSING_ON_CONFIG = 'backend: "python"\n' + tensor_config("input", "X", "TYPE_FP32", [-1]) + "".join(
+    tensor_config("output", name, kind, dims) for name, kind, dims in (
+        ("SAME", "TYPE_FP32", [-1]), ("RESHAPED", "TYPE_FP32", [-1, 2]), ("AS_BYTES", "TYPE_UINT8", [-1]),
+        ("REVERSED", "TYPE_FP32", [-1]), ("HALF", "TYPE_FP32", [-1]), ("CHANGED", "TYPE_FP32", [-1])))
+
+
 @pytest.fixture(scope="module")
 def python_models(tmp_path_factory, component_cache):
     tmp = tmp_path_factory.mktemp("python_models")
@@ -147,6 +170,7 @@ def python_models(tmp_path_factory, component_cache):
     for name, (source, _) in BROKEN.items():
         add_model(repo, name, 'backend: "python"\n' + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]),
                   files={"model.py": source})
+    add_model(repo, "passing_on", PASSING_ON_CONFIG, files={"model.py": PASSING_ON})
     add_model(repo, "failing", 'backend: "python"\n' + tensor_config("input", "MODE", "TYPE_INT32", [1])
               + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]), files={"model.py": FAILING})
     server = Server([repo], tmp, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
@@ -240,6 +264,19 @@ def test_the_numpy_surface_on_real_arrays(python_models, module):
         "escape": "PermissionError", "sibling": "FileNotFoundError", "write": "PermissionError",
     }
     assert not (repo / "numpy_surface" / "1" / "written.txt").exists()
+
+
+@pytest.mark.parametrize("module", [httpclient, grpcclient], ids=["http", "grpc"])
+@pytest.mark.parametrize("size", [8, 1 << 20], ids=["small", "4MiB"])
+def test_tensors_passed_on_whole_or_changed_answer_as_numpy_says(python_models, module, size):
+    server, _ = python_models
+    x = np.random.default_rng(size).random(size, dtype=np.float32)
+    result = infer(module, server, "passing_on", {"X": x})
+    expected = {"SAME": x, "RESHAPED": x.reshape(-1, 2), "AS_BYTES": x.view(np.uint8), "REVERSED": x[::-1],
+                "HALF": x[: size // 2], "CHANGED": x + 1}
+    for name, want in expected.items():
+        got = result.as_numpy(name)
+        assert got.shape == want.shape and np.array_equal(got, want), name
 
 
 def test_broken_models_fail_alone_with_the_python_error_and_line(python_models):

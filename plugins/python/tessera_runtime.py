@@ -33,6 +33,7 @@ from wit_world.imports import host, types
 import tessera
 import tessera_config
 import tessera_requests
+import tessera_tensor
 
 # The name Triton models import it by; the same module object, so both names see the same state.
 sys.modules["triton_python_backend_utils"] = tessera
@@ -105,6 +106,12 @@ class WitWorld(wit_world.WitWorld):
             raise Err(_describe(e, tessera_requests.get_model_dir()))
 
     def execute(self, requests):
+        try:
+            return self._execute(requests)
+        finally:
+            tessera_tensor.forget_reads()
+
+    def _execute(self, requests):
         model_dir = tessera_requests.get_model_dir()
         try:
             responses = _instance.execute([tessera.InferenceRequest._wrap(r, i) for i, r in enumerate(requests)])

@@ -107,6 +107,7 @@ class Tensor:
             array = values.astype(_BY_NAME[datatype][2], copy=False)
             self._datatype, self._array = datatype, array if shape is None else array.reshape(shape)
             self._shape = list(self._array.shape)
+            self._handle = _held_handle_of(self._array)
             return
         if isinstance(values, np.ndarray):
             values = values.tolist()  # BYTES or BF16 named by the caller: made as from a list
@@ -184,6 +185,7 @@ class Tensor:
         if self._bytes is None:
             if self._handle is not None:
                 self._bytes = self._handle.read()
+                _READ[id(self._bytes)] = (self._bytes, self._handle)
             else:
                 self._bytes = _array_bytes(self._array, self._datatype, self._name)
         return self._bytes
@@ -207,8 +209,42 @@ class Tensor:
             data = types.TensorBytes_Held(self._handle.share())
         else:
             raw = self.as_bytes()
-            data = types.TensorBytes_Inline(raw) if len(raw) <= _INLINE_MAX else types.TensorBytes_Held(types.TensorData(raw))
+            data = types.TensorBytes_Inline(raw) if len(raw) <= _INLINE_MAX else types.TensorBytes_Held(_hand_over(raw))
         return types.Tensor(self._name, _BY_NAME[self._datatype][1], list(self._shape), data)
+
+
+# The bytes read from host handles during the current call, by id: (the bytes, their handle). An output made
+# from a whole, unchanged view of such bytes (an input's `as_numpy()`, reshaped or viewed as another type) goes
+# back as a share of that handle, so a model that passes a tensor on costs no copy. The bytes are kept here so
+# that their id is not reused; the runtime empties it after each call (`forget_reads`).
+_READ = {}
+
+
+def forget_reads():
+    _READ.clear()
+
+
+def _held_handle_of(array):
+    """The handle whose bytes `array` views whole (contiguous, from their first byte), or None."""
+    if not _READ or not array.flags.c_contiguous:
+        return None
+    root = array
+    while isinstance(root, np.ndarray) and root.base is not None:
+        root = root.base
+    read = _READ.get(id(root))
+    if read is None or read[0] is not root or array.nbytes != len(root):
+        return None
+    start = np.frombuffer(root, dtype=np.uint8).__array_interface__["data"][0]
+    return read[1] if array.__array_interface__["data"][0] == start else None
+
+
+def _hand_over(raw):
+    """A host handle to `raw`, handed over as a latin-1 string (one char a byte) rather than as `bytes`:
+    componentize-py 0.25 never frees the copy it makes to lower `bytes` into a `list<u8>`, so every large
+    output would leak its size in the sandbox (a model with 4 MiB outputs ran out of its 512 MiB after ~120
+    requests); the string it lowers is freed. It costs time (4 MiB: ~12 ms against ~1.5 ms), so small
+    tensors still go inline and leak their few bytes, which `wasm_memory_recycle` bounds (see limits.rs)."""
+    return types.TensorData.from_latin1(raw.decode("latin-1"))
 
 
 class _Capsule:

@@ -1,7 +1,8 @@
 //! A loaded Wasm model version (`WasmModel`) and its instances. Each instance owns a store and an
 //! initialised instance of the plugin in it; `execute` hands a batch of requests across the boundary in one
 //! call and takes the answers back. A trap fails only the requests of that call: the store is thrown away,
-//! and the next call re-creates and initialises a fresh instance.
+//! and the next call re-creates and initialises a fresh instance. An instance whose memory reached
+//! `wasm_memory_recycle_mb` is finalized and replaced the same way, after its call has answered.
 //!
 //! A decoupled model's requests carry responders: the store holds them during the call, for the plugin's
 //! `streaming.sender`, and a request still open when the call returns is ended with an error at its
@@ -44,6 +45,20 @@ struct WasmInstance {
 }
 
 impl WasmInstance {
+    /// Finalizes the instance and lets it go: its memory reached `wasm_memory_recycle_mb`. The next call
+    /// initialises a fresh one.
+    async fn recycle(&mut self) {
+        let memory = self.live.as_ref().map_or(0, |(store, _)| store.data().memory.linear_bytes());
+        tracing::info!(
+            model = &*self.model.label,
+            "re-creating the instance: its memory grew to {} MiB, past {}",
+            memory >> 20,
+            self.model.limits.describe_recycling()
+        );
+        self.finalize().await;
+        self.live = None;
+    }
+
     async fn live(&mut self) -> Result<&mut (Store<StoreState>, Bindings)> {
         if self.live.is_none() {
             let fresh = self.model.instantiate(&self.args).await.map_err(|e| {
@@ -62,6 +77,7 @@ impl Instance for WasmInstance {
         let label = self.model.label.clone();
         let limits = self.model.limits;
         let decoupled = self.model.decoupled;
+        let recyclable = self.model.recyclable;
         let count = requests.len();
         let fail_all = |e: Error| (0..count).map(|_| Err(e.clone())).collect();
         let (store, bindings) = match self.live().await {
@@ -106,7 +122,11 @@ impl Instance for WasmInstance {
             // A decoupled model may answer everything through its senders and return nothing.
             Ok(results) if results.is_empty() && decoupled => (0..count).map(|_| Ok(Vec::new())).collect(),
             Ok(results) if results.len() == count => {
-                results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect()
+                let answers = results.into_iter().map(|r| response_from_wit(store.data_mut(), &label, r)).collect();
+                if store.data().memory.due_for_recycling() && recyclable {
+                    self.recycle().await;
+                }
+                answers
             }
             Ok(results) => fail_all(Error::internal(format!(
                 "model '{label}': plugin answered {count} requests with {} responses",

@@ -3,6 +3,11 @@
 //! - `wasm_memory_limit_mb` (default 512): the most memory an instance may have: its linear memory plus
 //!   the tensors it asked the host to hold (`tensor-data` handles). A `memory.grow` or a new tensor past it
 //!   traps the call with a message naming the limit; the instance is then re-created.
+//! - `wasm_memory_recycle_mb` (default three quarters of the limit; 0 turns it off): an instance whose linear
+//!   memory has grown to this size is replaced by a fresh one after the call that grew it (`finalize`, then
+//!   a new instance is initialised for the next call), so memory that leaks in the guest (a model's own
+//!   leaks, or its bindings': see `tensor-data.from-latin1` in the contract) never traps a request. Models
+//!   whose instances hold state between calls (decoupled and sequence models) are not recycled.
 //! - `wasm_execute_timeout_ms` (default 10000; 0 turns it off): how long one `execute` call may run. The
 //!   engine's epoch ticks every few milliseconds while a plugin runs; at the first tick past the deadline
 //!   the call traps with a message naming the timeout, and the instance is re-created.
@@ -21,6 +26,7 @@ use crate::error::LoadResult;
 use crate::model_config::{self, ModelConfig};
 
 const MEMORY_KEY: &str = "wasm_memory_limit_mb";
+const RECYCLE_KEY: &str = "wasm_memory_recycle_mb";
 const TIMEOUT_KEY: &str = "wasm_execute_timeout_ms";
 const FUEL_KEY: &str = "wasm_fuel";
 const DEFAULT_MEMORY_MB: u64 = 512;
@@ -29,6 +35,8 @@ const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Limits {
     pub memory_bytes: usize,
+    /// The linear memory at which an instance is replaced after its call, if it may be.
+    pub recycle_bytes: Option<usize>,
     pub execute_timeout: Option<Duration>,
     /// Fuel for each call, when the config sets a budget.
     pub fuel: Option<u64>,
@@ -46,8 +54,11 @@ impl Limits {
             None => None,
             Some(_) => Some(number(FUEL_KEY, 0)?).filter(|&fuel| fuel > 0),
         };
+        let recycle_mb = number(RECYCLE_KEY, memory_mb / 4 * 3)?;
+        let bytes = |mb: u64| usize::try_from(mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX);
         Ok(Limits {
-            memory_bytes: usize::try_from(memory_mb.saturating_mul(1 << 20)).unwrap_or(usize::MAX),
+            memory_bytes: bytes(memory_mb),
+            recycle_bytes: (recycle_mb > 0).then(|| bytes(recycle_mb)),
             execute_timeout: (timeout_ms > 0).then(|| Duration::from_millis(timeout_ms)),
             fuel,
         })
@@ -55,6 +66,10 @@ impl Limits {
 
     pub fn describe_memory(&self) -> String {
         format!("{} MiB ({MEMORY_KEY})", self.memory_bytes >> 20)
+    }
+
+    pub fn describe_recycling(&self) -> String {
+        self.recycle_bytes.map_or_else(|| "none".into(), |bytes| format!("{} MiB ({RECYCLE_KEY})", bytes >> 20))
     }
 
     pub fn describe_fuel(&self) -> String {
@@ -99,6 +114,16 @@ impl MemoryCap {
         }
         self.held += cost;
         Ok(cost)
+    }
+
+    /// Whether the instance's linear memory has reached the size at which it is to be replaced.
+    pub fn due_for_recycling(&self) -> bool {
+        self.limits.recycle_bytes.is_some_and(|at| self.linear >= at)
+    }
+
+    /// The bytes of linear memory the instance has grown to.
+    pub fn linear_bytes(&self) -> usize {
+        self.linear
     }
 
     /// Stops counting a handle (the plugin dropped it or gave it back); `cost` is what `hold` returned.
@@ -159,9 +184,15 @@ mod tests {
     fn defaults_settings_and_mistakes() {
         let defaults = Limits::from_config(&config(&[])).unwrap();
         assert_eq!(defaults.memory_bytes, 512 << 20);
+        assert_eq!(defaults.recycle_bytes, Some(384 << 20));
         assert_eq!(defaults.execute_timeout, Some(Duration::from_secs(10)));
         let set = Limits::from_config(&config(&[(MEMORY_KEY, "64"), (TIMEOUT_KEY, "0")])).unwrap();
-        assert_eq!((set.memory_bytes, set.execute_timeout, set.fuel), (64 << 20, None, None));
+        assert_eq!(
+            (set.memory_bytes, set.recycle_bytes, set.execute_timeout, set.fuel),
+            (64 << 20, Some(48 << 20), None, None)
+        );
+        let never = Limits::from_config(&config(&[(RECYCLE_KEY, "0")])).unwrap();
+        assert_eq!(never.recycle_bytes, None);
         let fueled = Limits::from_config(&config(&[(FUEL_KEY, "1000000")])).unwrap();
         assert_eq!(fueled.fuel, Some(1_000_000));
         let wrong = Limits::from_config(&config(&[(TIMEOUT_KEY, "soon")])).unwrap_err();
@@ -170,7 +201,8 @@ mod tests {
 
     #[test]
     fn growth_past_the_cap_traps_with_the_limit_named() {
-        let mut cap = MemoryCap::new(Limits { memory_bytes: 2 << 20, execute_timeout: None, fuel: None });
+        let mut cap =
+            MemoryCap::new(Limits { memory_bytes: 2 << 20, recycle_bytes: None, execute_timeout: None, fuel: None });
         assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
         assert!(cap.memory_growing(1 << 20, 2 << 20, None).unwrap());
         let refused = cap.memory_growing(2 << 20, 3 << 20, None).unwrap_err().to_string();
@@ -178,8 +210,21 @@ mod tests {
     }
 
     #[test]
+    fn an_instance_is_due_for_recycling_once_its_memory_reaches_the_mark() {
+        let limits = Limits { memory_bytes: 4 << 20, recycle_bytes: Some(3 << 20), execute_timeout: None, fuel: None };
+        let mut cap = MemoryCap::new(limits);
+        assert!(cap.memory_growing(0, 2 << 20, None).unwrap());
+        assert!(!cap.due_for_recycling());
+        assert!(cap.memory_growing(2 << 20, 3 << 20, None).unwrap());
+        assert!(cap.due_for_recycling());
+        let never = MemoryCap::new(Limits { recycle_bytes: None, ..limits });
+        assert!(!never.due_for_recycling());
+    }
+
+    #[test]
     fn tensors_held_for_the_plugin_count_against_the_cap() {
-        let mut cap = MemoryCap::new(Limits { memory_bytes: 2 << 20, execute_timeout: None, fuel: None });
+        let mut cap =
+            MemoryCap::new(Limits { memory_bytes: 2 << 20, recycle_bytes: None, execute_timeout: None, fuel: None });
         assert!(cap.memory_growing(0, 1 << 20, None).unwrap());
         let half = cap.hold(512 << 10).unwrap();
         let refused = cap.hold(1 << 20).unwrap_err().to_string();

@@ -198,6 +198,7 @@ impl WasmRuntime {
             version_directory,
             base_args: Vec::new(),
             decoupled,
+            recyclable: !decoupled && config.sequence_batching().is_none(),
         })
     }
 }

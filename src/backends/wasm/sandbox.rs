@@ -66,6 +66,9 @@ pub struct Plugin {
     pub base_args: Vec<(String, String)>,
     /// Whether the model is decoupled: its requests are answered through response senders.
     pub decoupled: bool,
+    /// Whether an instance may be replaced between calls (`wasm_memory_recycle_mb`): not when instances hold
+    /// state from call to call (a decoupled model's kept senders, a sequence model's sequences).
+    pub recyclable: bool,
 }
 
 impl Plugin {

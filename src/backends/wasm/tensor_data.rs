@@ -1,7 +1,8 @@
 //! `tessera:backend/types.tensor-data`: tensor elements the host holds for a plugin. A request's inputs
 //! reach the plugin as handles to the bytes the frontend decoded, and a handle the plugin returns or passes
 //! to another model goes back as those same bytes, so a tensor the plugin only routes is never copied. The
-//! plugin pays one copy when it reads a tensor and one when it makes one.
+//! plugin pays one copy when it reads a tensor and one when it makes one (`from-latin1`, the Python
+//! runtime's way around a leak in its bindings, pays a decoding too).
 //!
 //! Handles the plugin asks for (new tensors, shared handles, BLS answers) count against the instance's
 //! memory cap (`limits::MemoryCap`): the host's memory would otherwise be a way around it. A request's
@@ -42,6 +43,16 @@ impl StoreState {
 impl types::HostTensorData for StoreState {
     fn new(&mut self, bytes: Vec<u8>) -> wasmtime::Result<Resource<HeldData>> {
         self.hold(Bytes::from(bytes))
+    }
+
+    fn from_latin1(&mut self, text: String) -> wasmtime::Result<Result<Resource<HeldData>, String>> {
+        // ASCII text is its own latin-1 (common for zero-filled or small-valued tensors): no decoding.
+        let bytes: Result<Vec<u8>, _> =
+            if text.is_ascii() { Ok(text.into_bytes()) } else { text.chars().map(u8::try_from).collect() };
+        match bytes {
+            Ok(bytes) => self.hold(Bytes::from(bytes)).map(Ok),
+            Err(_) => Ok(Err("from-latin1: a code point above 255 is not a byte".into())),
+        }
     }
 
     fn read(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Vec<u8>> {
