@@ -1,13 +1,11 @@
 """System shared memory against the wire, and the response cache, in one run on this machine.
 
-Shared memory: a 16 MiB FP32 identity, served by Triton 2.51's python backend (bench/triton_identity/model.py,
-a python model as Triton users write it) and by Tessera's Rust identity plugin (`identity_fp32`);
+Shared memory: a 16 MiB FP32 identity, the same python model on both servers (bench/triton_identity/model.py,
+as Triton users write it: OUTPUT0 is `as_numpy()` of INPUT0), served by Triton 2.51's python backend and by
+Tessera's Python runtime, and by Tessera's Rust identity plugin (`identity_fp32`) for reference;
 perf_analyzer sends the tensor and receives it back either in the request and response (binary tensor data
 over HTTP, raw contents over gRPC) or through system shared memory (`--shared-memory system`), over HTTP
-and gRPC, at concurrency 1 (p50) and 4 (throughput). Trials interleave the two servers. Tessera does not
-serve the python file here: its python runtime leaks the guest memory of every tensor it hands to the host
-(componentize-py 0.25 never frees a lowered `list<u8>`), so 16 MiB outputs exhaust the sandbox within a
-hundred requests (docs/performance.md).
+and gRPC, at concurrency 1 (p50) and 4 (throughput). Trials interleave the three.
 
 Response cache: Tessera alone, `minilm` with `response_cache { enable: true }` (every request after the first
 a hit: perf_analyzer sends the same data) against the same model without it (every request runs), p50 at
@@ -26,7 +24,7 @@ from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleave
                      trial_arguments, triton_server)
 
 ELEMENTS = 4 << 20  # 16 MiB of FP32
-SIDES = ("tessera", "triton")
+SIDES = ("tessera", "triton", "tessera_plugin")
 CONFIG = """name: "identity_python"
 backend: "python"
 max_batch_size: 0
@@ -68,11 +66,13 @@ def main():
     args = trial_arguments(__doc__)
     tessera_repo, triton_repo = fresh_repositories("shared_memory")
     shutil.copytree(ROOT / "model_repository/identity_fp32", tessera_repo / "identity_fp32")
+    identity_python(tessera_repo)
     identity_python(triton_repo)
     minilm_pair(tessera_repo)
     tessera = tessera_server(tessera_repo, TESSERA, ["--allow-client-shm=true", "--cache-config=local,size=67108864"])
     triton = triton_server(triton_repo)
-    servers = {"tessera": (tessera, "identity_fp32"), "triton": (triton, "identity_python")}
+    servers = {"tessera": (tessera, "identity_python"), "triton": (triton, "identity_python"),
+               "tessera_plugin": (tessera, "identity_fp32")}
     shape = f"INPUT0:{ELEMENTS}"
     rows = []
     try:
@@ -96,14 +96,17 @@ def main():
         triton.stop()
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
-    lines = [f"16 MiB FP32 identity (Triton: python model; Tessera: Rust plugin), wire vs system shared memory, {stamp} ({os.cpu_count()} cores, "
-             f"`scripts/dev bench-shm`, {args.trials} interleaved trials of {args.measurement_ms} ms); medians.", "",
-             "| protocol | concurrency | transport | Tessera infer/s | Triton infer/s | Tessera p50 ms | Triton p50 ms |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [f"16 MiB FP32 identity, the same python model on both servers (and Tessera's Rust plugin), wire vs system "
+             f"shared memory, {stamp} ({os.cpu_count()} cores, `scripts/dev bench-shm`, {args.trials} interleaved trials of "
+             f"{args.measurement_ms} ms); medians.", "",
+             "| protocol | concurrency | transport | Tessera python infer/s | Triton python infer/s | Tessera plugin infer/s "
+             "| Tessera python p50 ms | Triton python p50 ms | Tessera plugin p50 ms |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for protocol, concurrency, transport, runs in rows:
         median = {side: [statistics.median(r[i] for r in runs[side]) for i in range(3)] for side in SIDES}
-        lines.append(f"| {protocol} | {concurrency} | {transport} | {median['tessera'][0]:.1f} | {median['triton'][0]:.1f} "
-                     f"| {median['tessera'][1] / 1000:.2f} | {median['triton'][1] / 1000:.2f} |")
+        lines.append(f"| {protocol} | {concurrency} | {transport} | "
+                     + " | ".join(f"{median[side][0]:.1f}" for side in SIDES) + " | "
+                     + " | ".join(f"{median[side][1] / 1000:.2f}" for side in SIDES) + " |")
     hit, miss = (statistics.median(r[1] for r in cache[m]) for m in ("minilm", "minilm_uncached"))
     lines += ["", f"Response cache, minilm over gRPC at concurrency 1 (16 tokens): hit p50 {hit:.0f} µs, "
               f"miss (no cache) p50 {miss:.0f} µs, {miss / hit:.1f}× faster on a hit."]
