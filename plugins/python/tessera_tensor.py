@@ -243,7 +243,7 @@ def _hand_over(raw):
     componentize-py 0.25 never frees the copy it makes to lower `bytes` into a `list<u8>`, so every large
     output would leak its size in the sandbox (a model with 4 MiB outputs ran out of its 512 MiB after ~120
     requests); the string it lowers is freed. It costs time (4 MiB: ~12 ms against ~1.5 ms), so small
-    tensors still go inline and leak their few bytes, which `wasm_memory_recycle` bounds (see limits.rs)."""
+    tensors still go inline and leak their few bytes, which the server bounds (`wasm_memory_recycle_mb`)."""
     return types.TensorData.from_latin1(raw.decode("latin-1"))
 
 
