@@ -130,6 +130,15 @@ def identity_config(name, config_type):
     )
 
 
+def skip_if_taken(ports, client):
+    """Skips the test when one of `ports` (Triton's defaults) is taken on this machine, since `client` only
+    talks to those."""
+    for port in ports:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                pytest.skip(f"port {port} is taken on this machine, and {client} only talks to localhost:{port}")
+
+
 class Server:
     """One tessera process on free loopback ports, its log captured to a file."""
 

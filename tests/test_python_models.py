@@ -7,7 +7,6 @@ with the Python message and line while the server keeps serving."""
 
 import json
 import pathlib
-import socket
 import subprocess
 import sys
 
@@ -18,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
-from conftest import ROOT, Server, add_model, tensor_config, wait_for
+from conftest import ROOT, Server, add_model, skip_if_taken, tensor_config, wait_for
 
 EXAMPLES = pathlib.Path(__file__).resolve().parent / "triton_examples" / "python_backend"
 
@@ -209,9 +208,7 @@ def test_triton_add_sub_example_unchanged(python_models, module):
 
 def test_triton_add_sub_client_unchanged(tmp_path, component_cache):
     """python_backend's examples/add_sub/client.py talks to localhost:8000, as it ships: a server on that port."""
-    with socket.socket() as probe:
-        if probe.connect_ex(("127.0.0.1", 8000)) == 0:
-            pytest.skip("port 8000 is taken on this machine, and Triton's add_sub client only talks to localhost:8000")
+    skip_if_taken([8000], "Triton's add_sub client")
     repo = tmp_path / "repo"
     add_model(repo, "add_sub", (ROOT / "model_repository/add_sub/config.pbtxt").read_text(),
               files={"model.py": (ROOT / "model_repository/add_sub/1/model.py").read_bytes()})

@@ -29,7 +29,7 @@ import requests
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from conftest import Server, add_model
+from conftest import Server, add_model, skip_if_taken
 from test_pipelines import document_images
 from test_security import index
 from test_triton_examples import EXAMPLES, run_example
@@ -141,6 +141,7 @@ MEMORY_GROWTH_MODEL = EXAMPLES / "qa/custom_identity_int32"
 def test_memory_growth_example_passes_on_the_identity_backend(tmp_path):
     """`memory_growth_test.py` makes a new client (a new connection) per request, as Triton's test runs it;
     Tessera's memory must not grow with them."""
+    skip_if_taken([8000, 8001], "memory_growth_test.py")
     shutil.copytree(MEMORY_GROWTH_MODEL, tmp_path / "models/custom_identity_int32")
     (tmp_path / "models/custom_identity_int32/1").mkdir()
     server = Server([tmp_path / "models"], tmp_path, http_port=8000, grpc_port=8001).wait_live()
