@@ -4,8 +4,8 @@
 //! (`.cache/onnxruntime/`, put there by setup). Without it ONNX models fail to load with that reason and
 //! everything else keeps serving.
 //!
-//! Each instance owns one ORT session on a thread of its own (`threaded`), because `Session::run` blocks for
-//! as long as the model computes.
+//! Each instance owns one ORT session. `Session::run` blocks for as long as the model computes, so a call
+//! expected to be long runs on the instance's own thread, a short one in place (`threaded`).
 
 mod convert;
 
@@ -288,13 +288,21 @@ impl Shared {
 #[async_trait]
 impl Backend for OnnxModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let mut session = self.0.options.open(&self.0.environment, &self.0.path)?;
-        let shared = self.0.clone();
-        threaded::spawn(format!("{}/{instance_name}", self.0.label), "ONNX Runtime", move |queue| {
-            for job in queue {
-                job.answer(|request| run(&mut session, &shared, request));
-            }
-        })
+        let session = self.0.options.open(&self.0.environment, &self.0.path)?;
+        let runner = OnnxRunner { session, shared: self.0.clone() };
+        threaded::instance(format!("{}/{instance_name}", self.0.label), "ONNX Runtime", runner)
+    }
+}
+
+/// One instance's session.
+struct OnnxRunner {
+    session: Session,
+    shared: Arc<Shared>,
+}
+
+impl threaded::Runner for OnnxRunner {
+    fn run(&mut self, request: &InferenceRequest) -> Result<Vec<Tensor>> {
+        run(&mut self.session, &self.shared, request)
     }
 }
 

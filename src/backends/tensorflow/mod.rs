@@ -7,7 +7,8 @@
 //!
 //! A config's tensor names are the graph's: `NAME` (output 0 of operation NAME) or `NAME:INDEX` in a
 //! GraphDef, the `serving_default` signature's keys in a SavedModel, as in Triton. Each instance opens its
-//! own session and runs it on a thread of its own (`threaded`), because `Session::run` blocks.
+//! own session. `Session::run` blocks, so a call expected to be long runs on the instance's own thread, a
+//! short one in place (`threaded`).
 
 mod convert;
 
@@ -210,13 +211,20 @@ fn graph_tensor(name: &str) -> (String, i32) {
 #[async_trait]
 impl Backend for TensorflowModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let open = self.0.open()?;
-        let shared = self.0.clone();
-        threaded::spawn(format!("{}/{instance_name}", self.0.label), "TensorFlow", move |queue| {
-            for job in queue {
-                job.answer(|request| run(&open, &shared, request));
-            }
-        })
+        let runner = TensorflowRunner { open: self.0.open()?, shared: self.0.clone() };
+        threaded::instance(format!("{}/{instance_name}", self.0.label), "TensorFlow", runner)
+    }
+}
+
+/// One instance's session.
+struct TensorflowRunner {
+    open: Open,
+    shared: Arc<Shared>,
+}
+
+impl threaded::Runner for TensorflowRunner {
+    fn run(&mut self, request: &InferenceRequest) -> Result<Vec<Tensor>> {
+        run(&self.open, &self.shared, request)
     }
 }
 

@@ -9,7 +9,8 @@
 //! `INFERENCE_MODE` (default on), `DISABLE_OPTIMIZED_EXECUTION`, `ENABLE_JIT_PROFILING`,
 //! `ENABLE_TENSOR_FUSER`, `INTRA_OP_THREAD_COUNT` and `INTER_OP_THREAD_COUNT` apply (the thread counts are
 //! process-wide in libtorch, so a model that sets one sets it for all, as in Triton). Each instance loads its
-//! own module and runs it on a thread of its own (`threaded`), because `forward` blocks while it computes.
+//! own module. `forward` blocks while it computes, so a call expected to be long runs on the instance's own
+//! thread, a short one in place (`threaded`).
 
 mod binding;
 mod convert;
@@ -140,21 +141,29 @@ struct Shared {
 #[async_trait]
 impl Backend for TorchModel {
     async fn create_instance(&self, instance_name: &str) -> LoadResult<Box<dyn Instance>> {
-        let mut module =
+        let module =
             self.0.torch.load(&self.0.path).map_err(|e| format!("cannot load {}: {e}", self.0.path.display()))?;
-        let shared = self.0.clone();
-        threaded::spawn(format!("{}/{instance_name}", self.0.label), "PyTorch", move |queue| {
-            // InferenceMode and the executor's optimisation are thread-local in libtorch: set for this thread.
-            let options = shared.options;
-            let served = shared.torch.on_model_thread(options.inference_mode, options.optimized_execution, || {
-                for job in queue {
-                    job.answer(|request| run(&mut module, &shared, request));
-                }
-            });
-            if let Err(e) = served {
-                tracing::error!("model '{}': {e}", shared.label);
-            }
-        })
+        let runner = TorchRunner { module, shared: self.0.clone() };
+        threaded::instance(format!("{}/{instance_name}", self.0.label), "PyTorch", runner)
+    }
+}
+
+/// One instance's module.
+struct TorchRunner {
+    module: Module,
+    shared: Arc<Shared>,
+}
+
+impl threaded::Runner for TorchRunner {
+    fn run(&mut self, request: &InferenceRequest) -> Result<Vec<Tensor>> {
+        // InferenceMode and the executor's optimisation are thread-local in libtorch, and a call may run on
+        // any thread: set them for each call.
+        let (shared, module) = (&self.shared, &mut self.module);
+        let options = shared.options;
+        shared
+            .torch
+            .on_model_thread(options.inference_mode, options.optimized_execution, || run(module, shared, request))
+            .map_err(|e| Error::internal(format!("model '{}': {e}", shared.label)))?
     }
 }
 
