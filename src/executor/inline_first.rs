@@ -8,8 +8,9 @@
 //! connection that read it, with no wake-up at all.
 //!
 //! The trade-off: a call's first stretch, up to its first wait, holds the connection's other calls back.
-//! That stretch is bounded. A plugin yields at the next epoch tick (2 ms); an ONNX model, a batcher queue,
-//! a large request body still arriving all wait at once. Whatever is left then goes to a task of its own,
+//! That stretch is bounded. A plugin yields at the next epoch tick (2 ms); a native model runs in place only
+//! calls it expects to take under 1 ms (`backends::threaded`); a batcher queue, a large request body still
+//! arriving, a long native call all wait at once. Whatever is left then goes to a task of its own,
 //! so calls on one connection still spread over every runtime thread.
 
 use std::future::Future;

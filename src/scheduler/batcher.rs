@@ -12,7 +12,14 @@
 //!
 //! Triton's test hook `TRITONSERVER_DELAY_SCHEDULER=N` holds the first batch until N requests are queued,
 //! so that tests can form batches deterministically.
+//!
+//! The queue and its batches belong to one task (`Loop`), which each request reaches over a channel, and
+//! each batch runs on a task of its own: at low load that is two hand-overs between tasks a request, each a
+//! wake-up, often of the other runtime thread. So a request that would form a batch alone at once — nothing
+//! queued before it, an instance idle, and no reason to wait for company (no queue delay, or its rows
+//! already make the batch) — runs in its own task, as the loop would have run it (`submit`'s fast path).
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,7 +29,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::queue::{Priorities, PriorityQueue};
 use super::{InstancePool, Reservation};
 use crate::error::{Error, Result};
-use crate::executor::Waiting;
+use crate::executor::{InFlight, Waiting};
 use crate::inference::{InferenceRequest, SchedulingWishes};
 use crate::model_config::ModelConfig;
 use crate::observability::stats::{Stats, Timing};
@@ -101,6 +108,13 @@ impl Pending {
 
 pub struct Batcher {
     queue: mpsc::UnboundedSender<Pending>,
+    /// Requests sent to the loop and not yet in a batch or refused.
+    queued: Arc<AtomicUsize>,
+    /// Whether a request may skip the loop when it would be batched alone at once (`alone_now`).
+    fast_path: bool,
+    policy: Policy,
+    pool: Arc<InstancePool>,
+    stats: Arc<Stats>,
 }
 
 impl Batcher {
@@ -109,8 +123,21 @@ impl Batcher {
         let (queue, incoming) = mpsc::unbounded_channel();
         let hold_until = std::env::var("TRITONSERVER_DELAY_SCHEDULER").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
         let waiting = PriorityQueue::new(&policy.priorities);
-        runtime.spawn(Loop { policy, pool, stats, incoming, waiting, hold_until, last_turn: None }.run());
-        Batcher { queue }
+        let queued = Arc::new(AtomicUsize::new(0));
+        // The test hook and answering in batch order need every request to pass through the loop.
+        let fast_path = hold_until == 0 && !policy.preserve_ordering;
+        let looping = Loop {
+            policy: policy.clone(),
+            pool: pool.clone(),
+            stats: stats.clone(),
+            incoming,
+            waiting,
+            queued: queued.clone(),
+            hold_until,
+            last_turn: None,
+        };
+        runtime.spawn(looping.run());
+        Batcher { queue, queued, fast_path, policy, pool, stats }
     }
 
     /// Queues a checked request; `rows` is its batch dimension.
@@ -122,10 +149,29 @@ impl Batcher {
             queue: arrived.elapsed(),
             compute: None,
         };
-        if self.queue.send(Pending { request, rows, arrived, wishes, reply, turn: None }).is_err() {
-            return gone();
+        let pending = Pending { request, rows, arrived, wishes, reply, turn: None };
+        if let Some(reservation) = self.alone_now(rows) {
+            // In flight, as the loop's spawned batch would be: a client going away mid-call leaves the rest
+            // to finish, so the execution is still counted. A panic drops the reply, which answers `gone`.
+            let _ = InFlight::new(execute(self.pool.clone(), self.stats.clone(), reservation, vec![pending])).await;
+        } else {
+            self.queued.fetch_add(1, Ordering::AcqRel);
+            if self.queue.send(pending).is_err() {
+                return gone();
+            }
         }
         answer.await.unwrap_or_else(|_| gone())
+    }
+
+    /// An idle instance for a request of `rows` when the loop would batch it alone at once: nothing waits
+    /// before it, and it has no company to wait for (no queue delay, or its rows reach the batch size the
+    /// loop would aim for with it alone).
+    fn alone_now(&self, rows: u64) -> Option<Reservation> {
+        let no_wait = self.policy.max_delay.is_zero() || rows >= aim(&self.policy, rows, rows);
+        if !self.fast_path || !no_wait || self.queued.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        self.pool.try_reserve()
     }
 }
 
@@ -147,6 +193,8 @@ struct Loop {
     incoming: mpsc::UnboundedReceiver<Pending>,
     /// Requests received but not yet batched.
     waiting: PriorityQueue<Pending>,
+    /// The batcher's count of requests sent here and not yet batched or refused.
+    queued: Arc<AtomicUsize>,
     /// Form no batch before this many requests are queued (the test hook); 0 once released.
     hold_until: usize,
     /// With `preserve_ordering`: the signal of the last request put in a batch.
@@ -165,6 +213,7 @@ impl Loop {
                 continue;
             }
             let batch = self.gather().await;
+            self.queued.fetch_sub(batch.len(), Ordering::AcqRel);
             let (pool, stats) = (self.pool.clone(), self.stats.clone());
             tokio::spawn(execute(pool, stats, reservation, batch));
         }
@@ -230,6 +279,7 @@ impl Loop {
         let level = self.policy.priorities.level_of(pending.wishes.priority);
         let (timeout, arrived) = (pending.wishes.timeout, pending.arrived);
         if let Err(refused) = self.waiting.push(level, pending, timeout, arrived) {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             let max = self.policy.priorities.levels[level].max_queue_size;
             refused.reject(Error::Unavailable(format!(
                 "model '{}': Exceeds maximum queue size: {max} requests already wait at priority level {}",
@@ -241,6 +291,7 @@ impl Loop {
 
     fn reject_expired(&mut self) {
         for pending in self.waiting.expire(Instant::now()) {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             pending.reject(Error::Unavailable(format!(
                 "model '{}': Request timeout expired: the request waited in the queue past its timeout",
                 self.pool.label()
@@ -303,15 +354,22 @@ impl Loop {
     fn target(&self, rows: u64, head: &InferenceRequest) -> u64 {
         let available =
             rows + self.waiting.iter().filter(|p| compatible(head, &p.request)).map(|p| p.rows).sum::<u64>();
-        let max = self.policy.max_batch_size;
-        self.policy.preferred.iter().copied().filter(|&p| p <= available.min(max) && p >= rows).max().unwrap_or(max)
+        aim(&self.policy, rows, available)
     }
 
     fn fail_all(&mut self, error: Error) {
         for pending in self.waiting.drain() {
+            self.queued.fetch_sub(1, Ordering::AcqRel);
             pending.reject(error.clone());
         }
     }
+}
+
+/// The batch size to aim for with `rows` in the batch and `available` rows batchable: the largest
+/// preferred size in between, else `max_batch_size`.
+fn aim(policy: &Policy, rows: u64, available: u64) -> u64 {
+    let max = policy.max_batch_size;
+    policy.preferred.iter().copied().filter(|&p| p <= available.min(max) && p >= rows).max().unwrap_or(max)
 }
 
 /// Same inputs in the same order, each with the same data type and the same shape past the batch dimension.

@@ -76,6 +76,11 @@ impl InstancePool {
         Ok(Reservation(permit))
     }
 
+    /// Reserves an idle instance if one is idle now and nobody waits for one.
+    pub fn try_reserve(&self) -> Option<Reservation> {
+        self.shared.permits.clone().try_acquire_owned().ok().map(Reservation)
+    }
+
     /// Executes the request on the reserved instance. `queue` in the answer is zero: the caller knows how
     /// long it waited.
     pub async fn run(&self, reservation: Reservation, request: InferenceRequest) -> Execution {
