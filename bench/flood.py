@@ -36,6 +36,8 @@ class Flood:
         self.reopened = {"idle": 0, "slow": 0}
         self.failed_connects = 0
         self.stopping = threading.Event()
+        # Held while a connection is closed and opened again, so that `open_count` never sees it half-way.
+        self.reopening = threading.Lock()
         # Connections refused over the server's cap, opened again on the next round.
         self.pending = []
         for i in range(idle):
@@ -58,11 +60,12 @@ class Flood:
         self.selector.register(sock, selectors.EVENT_READ, {"kind": kind, "port": port, "payload": payload, "sent": 0, "sock": sock})
 
     def _reopen(self, state):
-        sock = state["sock"]
-        self.selector.unregister(sock)
-        sock.close()
-        self.reopened[state["kind"]] += 1
-        self._open(state["kind"], state["port"], state["payload"])
+        with self.reopening:
+            sock = state["sock"]
+            self.selector.unregister(sock)
+            sock.close()
+            self.reopened[state["kind"]] += 1
+            self._open(state["kind"], state["port"], state["payload"])
 
     def _run(self):
         next_byte = time.monotonic()
@@ -99,7 +102,8 @@ class Flood:
                 self._reopen(state)
 
     def open_count(self):
-        return len(self.selector.get_map())
+        with self.reopening:
+            return len(self.selector.get_map())
 
     def stop(self):
         self.stopping.set()
