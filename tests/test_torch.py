@@ -1,11 +1,13 @@
 """The PyTorch backend through tritonclient, HTTP and gRPC: TorchScript modules under Triton's PyTorch
 conventions (inputs and outputs by `<name>__<index>`, by `forward`'s argument names, in config order, or as
 one dictionary), every numeric type libtorch has, `-1` dims, batching, instance groups and the parameters;
-the Silero VAD network as TorchScript agreeing with its ONNX twin; and each bad model or request failing
+the Silero VAD network as TorchScript agreeing with its ONNX twin; traced modules (recorded at batch 1,
+served batched, their control flow frozen as tracing freezes it); and each bad model or request failing
 alone, with its reason, while the server keeps serving.
 
-The small modules here are compiled from TorchScript source by libtorch's own compiler (the `torchscript`
-tool setup builds; Python's torch cannot be imported here, its wheel needs the whole CUDA stack)."""
+The small modules here are compiled from TorchScript source by libtorch's own compiler, and traced by
+libtorch's own tracer (the `torchscript` tool setup builds; Python's torch cannot be imported here, its
+wheel needs the whole CUDA stack)."""
 
 import pathlib
 import shutil
@@ -26,24 +28,57 @@ NUMPY_TYPES = {
 }
 
 
-def script(tmp_path, source, target):
-    """Compiles TorchScript `source` into `target` with libtorch."""
-    source_file = tmp_path / f"{target.parent.parent.name}.py"
+def compile_module(tmp_path, source, target, traced_shapes=(), parameters=()):
+    """Compiles TorchScript `source` into `target` with libtorch, with `parameters` ({name: float32 array});
+    with `traced_shapes` (one example input shape per argument of forward), traces it on them instead."""
+    stem = target.parent.parent.name
+    source_file = tmp_path / f"{stem}.py"
     source_file.write_text(source)
+    specs = []
+    for name, array in dict(parameters).items():
+        raw = tmp_path / f"{stem}.{name}.bin"
+        array.astype("<f4").tofile(raw)
+        specs.append(f"{name}={raw}:{'x'.join(map(str, array.shape))}")
+    if traced_shapes:
+        shapes = ["x".join(map(str, shape)) for shape in traced_shapes]
+        arguments = ["trace", source_file, target, *shapes, "--", *specs]
+    else:
+        arguments = ["script", source_file, target, *specs]
     target.parent.mkdir(parents=True, exist_ok=True)
-    subprocess.run([str(TORCHSCRIPT), "script", str(source_file), str(target)], check=True)
+    subprocess.run([str(TORCHSCRIPT), *map(str, arguments)], check=True)
 
 
-def torch_model(repo, tmp_path, name, source, inputs, outputs, extra=""):
-    """A PyTorch model `name` from TorchScript `source`; `inputs`/`outputs`: (name, type, dims) triples."""
+def torch_model(repo, tmp_path, name, source, inputs, outputs, extra="", **compile_options):
+    """A PyTorch model `name` from TorchScript `source`; `inputs`/`outputs`: (name, type, dims) triples;
+    `compile_options` as compile_module takes them."""
     config = f'name: "{name}"\nplatform: "pytorch_libtorch"\n{extra}\n'
     config += "".join(tensor_config("input", n, f"TYPE_{t}" if t != "BYTES" else "TYPE_STRING", d) for n, t, d in inputs)
     config += "".join(tensor_config("output", n, f"TYPE_{t}", d) for n, t, d in outputs)
     add_model(repo, name, config)
-    script(tmp_path, source, repo / name / "1" / "model.pt")
+    compile_module(tmp_path, source, repo / name / "1" / "model.pt", **compile_options)
 
 
 IDENTITY = "def forward(self, INPUT__0):\n    return INPUT__0\n"
+
+# A classifier with its weights as parameters; traced at batch 1, served at any batch size.
+TRACED_MLP = """
+def forward(self, x):
+    logits = torch.relu(x @ self.w1 + self.b1) @ self.w2 + self.b2
+    return torch.softmax(logits, -1), torch.argmax(logits, -1, keepdim=True)
+"""
+RNG = np.random.default_rng(7)
+MLP_WEIGHTS = {"w1": RNG.normal(size=(8, 16)), "b1": RNG.normal(size=16), "w2": RNG.normal(size=(16, 3)),
+               "b2": RNG.normal(size=3)}
+MLP_WEIGHTS = {name: array.astype(np.float32) for name, array in MLP_WEIGHTS.items()}
+
+# Control flow on the values: scripted, both branches stay; traced on a positive example, only that one.
+BRANCHING = """
+def forward(self, x):
+    if bool(x.sum() > 0):
+        return torch.relu(x @ self.w) * 2
+    return x @ self.w - 1
+"""
+BRANCH_WEIGHT = {"w": np.arange(1, 9, dtype=np.float32).reshape(4, 2) / 8}
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +113,12 @@ def torch_server(tmp_path_factory):
                 [("INPUT__0", "INT32", [4])], [("OUTPUT__0", "INT32", [4])],
                 "max_batch_size: 8\ndynamic_batching { max_queue_delay_microseconds: 300000 }\n"
                 "instance_group [ { kind: KIND_CPU count: 2 } ]")
+    torch_model(repo, tmp, "traced_mlp", TRACED_MLP, [("INPUT__0", "FP32", [8])],
+                [("OUTPUT__0", "FP32", [3]), ("OUTPUT__1", "INT64", [1])],
+                "max_batch_size: 8\ndynamic_batching { }", traced_shapes=[(1, 8)], parameters=MLP_WEIGHTS)
+    for name, traced_shapes in (("traced_branch", [(1, 4)]), ("scripted_branch", ())):
+        torch_model(repo, tmp, name, BRANCHING, [("INPUT__0", "FP32", [4])], [("OUTPUT__0", "FP32", [2])],
+                    "max_batch_size: 4", traced_shapes=traced_shapes, parameters=BRANCH_WEIGHT)
     # Broken models: each fails alone.
     torch_model(repo, tmp, "int_argument", "def forward(self, x, rate: int):\n    return x * rate\n",
                 [("x", "FP32", [1]), ("rate", "INT64", [1])], [("y", "FP32", [1])])
@@ -157,6 +198,37 @@ def test_mlp_equals_its_onnx_twin(client):
     np.testing.assert_allclose(torch_probabilities, onnx_probabilities, rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(torch_class, onnx_class)
     assert len(set(torch_class.ravel())) > 1
+
+
+def mlp_reference(x):
+    logits = np.maximum(x @ MLP_WEIGHTS["w1"] + MLP_WEIGHTS["b1"], 0) @ MLP_WEIGHTS["w2"] + MLP_WEIGHTS["b2"]
+    exp = np.exp(logits - logits.max(-1, keepdims=True))
+    return exp / exp.sum(-1, keepdims=True), logits.argmax(-1)[:, None]
+
+
+@pytest.mark.parametrize("batch", [1, 3, 8])
+def test_a_module_traced_at_batch_one_serves_every_batch_size(client, batch):
+    module, c = client
+    x = np.random.default_rng(batch).normal(size=(batch, 8)).astype(np.float32)
+    probabilities, classes = infer(module, c, "traced_mlp", {"INPUT__0": x}, ["OUTPUT__0", "OUTPUT__1"])
+    expected_probabilities, expected_classes = mlp_reference(x)
+    np.testing.assert_allclose(probabilities, expected_probabilities, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(classes, expected_classes)
+
+
+def test_tracing_froze_the_branch_its_example_took(client):
+    """On a positive input both versions take the first branch; on a negative one the scripted module takes
+    the second and the traced one still runs the first, which is all its graph holds."""
+    module, c = client
+    w = BRANCH_WEIGHT["w"]
+    positive, negative = np.full((2, 4), 0.5, np.float32), np.array([[-1, -2, -3, -4], [-1, 0, 0, 0]], np.float32)
+    for model in ("traced_branch", "scripted_branch"):
+        (out,) = infer(module, c, model, {"INPUT__0": positive}, ["OUTPUT__0"])
+        np.testing.assert_allclose(out, np.maximum(positive @ w, 0) * 2, rtol=1e-6)
+    (scripted,) = infer(module, c, "scripted_branch", {"INPUT__0": negative}, ["OUTPUT__0"])
+    np.testing.assert_allclose(scripted, negative @ w - 1, rtol=1e-6)
+    (traced,) = infer(module, c, "traced_branch", {"INPUT__0": negative}, ["OUTPUT__0"])
+    np.testing.assert_array_equal(traced, np.zeros((2, 2), np.float32))
 
 
 def generated_signal(seconds=4, rate=16000):
