@@ -8,13 +8,10 @@ model's success count), and the median of the paired ratios (B/A).
 """
 
 import argparse
-import json
 import os
 import statistics
-import pathlib
-import urllib.request
 
-from harness import ROOT, Server, free_port, perf_analyzer
+from harness import ROOT, Server, free_port, measured
 
 # Builds copied out of the tree do not find the project's ONNX Runtime next to them; point them at it.
 ORT = ROOT / ".cache" / "onnxruntime" / "libonnxruntime.so"
@@ -28,25 +25,8 @@ def server(name, binary, repository):
     return Server(name, command, {**os.environ, "TESSERA_LOG": "warn"}, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
-def cpu_seconds(server):
-    """CPU time (user + system) the server process has used so far."""
-    fields = pathlib.Path(f"/proc/{server.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def successes(server, model):
-    """How many requests `model` has answered successfully (the statistics extension)."""
-    with urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/stats", timeout=10) as r:
-        stats = json.load(r)["model_stats"]
-    return sum(int(s["inference_stats"]["success"]["count"]) for s in stats)
-
-
 def measure(server, model, protocol, concurrency, args):
-    """One perf_analyzer run: (throughput, p50, p99) and the server's CPU µs per request during it."""
-    cpu, count = cpu_seconds(server), successes(server, model)
-    result = perf_analyzer(server, protocol, concurrency, args.measurement_ms, model=model, stability=100, shape=args.shape)
-    requests = max(successes(server, model) - count, 1)
-    return (*result, (cpu_seconds(server) - cpu) * 1e6 / requests)
+    return measured(server, protocol, concurrency, args.measurement_ms, model=model, stability=100, shape=args.shape)
 
 
 def main():

@@ -14,6 +14,7 @@
 //!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
 //!                     headers included, because binary outputs need their Inference-Header-Content-Length)
 
+use std::borrow::Cow;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -62,7 +63,8 @@ fn serve(stream: TcpStream, answers: &Answers) {
     }
     let Ok(writer) = stream.try_clone() else { return };
     let (mut writer, mut reader) = (Spinning(writer), BufReader::new(Spinning(stream)));
-    while let Some(path) = read_request(&mut reader) {
+    let mut body = Vec::new();
+    while let Some(path) = read_request(&mut reader, &mut body) {
         let answer = answer(&path, answers);
         if writer.write_all(&answer).is_err() {
             return;
@@ -109,8 +111,9 @@ impl Write for Spinning {
     }
 }
 
-/// Reads one request (line, headers, body) and returns its path; None when the connection ended.
-fn read_request(reader: &mut impl BufRead) -> Option<String> {
+/// Reads one request (line, headers, body) and returns its path; None when the connection ended. The body
+/// goes to `body`, a buffer the connection keeps, so a large one is not allocated anew each time.
+fn read_request(reader: &mut impl BufRead, body: &mut Vec<u8>) -> Option<String> {
     let mut line = String::new();
     if reader.read_line(&mut line).ok()? == 0 {
         return None;
@@ -131,15 +134,16 @@ fn read_request(reader: &mut impl BufRead) -> Option<String> {
             }
         }
     }
-    let mut body = vec![0; length];
-    reader.read_exact(&mut body).ok()?;
+    body.resize(length, 0);
+    reader.read_exact(body).ok()?;
     Some(path)
 }
 
-fn answer(path: &str, answers: &Answers) -> Vec<u8> {
+/// The answer to `path`; an inference's is the recorded one itself, not a copy (it can be megabytes).
+fn answer<'a>(path: &str, answers: &'a Answers) -> Cow<'a, [u8]> {
     if path.ends_with("/infer") {
         answers.served.fetch_add(1, Ordering::Relaxed);
-        return answers.infer.clone();
+        return Cow::Borrowed(&answers.infer);
     }
     let body = if path.ends_with("/stats") {
         statistics(&answers.model, answers.served.load(Ordering::Relaxed))
@@ -156,7 +160,7 @@ fn answer(path: &str, answers: &Answers) -> Vec<u8> {
         format!("HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n", body.len())
             .into_bytes();
     response.extend_from_slice(&body);
-    response
+    Cow::Owned(response)
 }
 
 /// Statistics in which every served inference succeeded in one execution of 1 µs.

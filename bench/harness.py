@@ -11,6 +11,7 @@ import pathlib
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -39,11 +40,15 @@ def prepare_repositories():
     (triton / "1").mkdir(parents=True)
     (triton / "config.pbtxt").write_text(config.replace('backend: "wasm"', 'backend: "python"'))
     shutil.copy(ROOT / "bench" / "triton_simple" / "model.py", triton / "1" / "model.py")
-    # Triton's python stub starts an isolated interpreter that ignores PYTHONPATH and PYTHONHOME; the model
-    # directory is on its sys.path, so numpy is linked in there.
-    for entry in ("numpy", "numpy.libs"):
-        (triton / entry).symlink_to(NUMPY / entry)
+    link_numpy(triton)
     return repos / "tessera", repos / "triton"
+
+
+def link_numpy(directory):
+    """Makes numpy importable by the python model in `directory` under Triton: its python stub starts an
+    isolated interpreter that ignores PYTHONPATH and PYTHONHOME, and the model directory is on its sys.path."""
+    for entry in ("numpy", "numpy.libs"):
+        (directory / entry).symlink_to(NUMPY / entry)
 
 
 def trial_arguments(doc):
@@ -103,14 +108,25 @@ class Server:
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
                 raise SystemExit(f"{self.name} exited with {self.process.returncode}; see {log.name}")
-            try:
-                with urllib.request.urlopen(f"http://{self.http}/v2/health/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return time.monotonic() - started
-            except OSError:
-                pass
+            if self.answers():
+                return time.monotonic() - started
             time.sleep(0.002)
         raise SystemExit(f"{self.name} not ready after 120 s")
+
+    def answers(self):
+        """Whether the server is ready: `/v2/health/ready` answers 200, or, for a server without HTTP (the
+        gRPC floor), its gRPC port accepts a connection."""
+        import socket
+
+        try:
+            if self.http is None:
+                host, port = self.grpc.rsplit(":", 1)
+                socket.create_connection((host, int(port)), timeout=1).close()
+                return True
+            with urllib.request.urlopen(f"http://{self.http}/v2/health/ready", timeout=1) as r:
+                return r.status == 200
+        except OSError:
+            return False
 
     def stop(self):
         if self.process and self.process.poll() is None:
@@ -131,12 +147,19 @@ class Server:
         instance's copy-on-write memory image would count once per instance)."""
         return self._memory_mib("smaps_rollup", "Pss:")
 
+    def cpu_seconds(self):
+        """CPU time (user + system) the server and every process below it (Triton's python stubs) have used."""
+        return sum(cpu_seconds(pid) for pid in self._pids())
+
     def _memory_mib(self, proc_file, key):
         """The sum of `key` (KiB) in /proc/<pid>/`proc_file` over the server and every process below it."""
+        return sum(proc_kib(pid, proc_file, key) for pid in self._pids()) / 1024
+
+    def _pids(self):
         pids = [self.process.pid]
         for pid in pids:
             pids.extend(children(pid))
-        return sum(proc_kib(pid, proc_file, key) for pid in pids) / 1024
+        return pids
 
 
 def children(pid):
@@ -144,6 +167,15 @@ def children(pid):
         return [int(c) for c in pathlib.Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+
+
+def cpu_seconds(pid):
+    """CPU time (user + system) process `pid` has used so far; 0 if it is gone."""
+    try:
+        fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def proc_kib(pid, proc_file, key):
@@ -178,35 +210,75 @@ def triton_server(repo):
     return Server("triton", command, env, f"127.0.0.1:{http}", f"127.0.0.1:{grpc}")
 
 
-def floor_server(tessera, model):
-    """Builds bench/floor.rs (plain rustc, cached), records Tessera's answers for the add/sub `model` (`simple`
-    or `simple_onnx`: metadata, config and one inference with binary outputs, as perf_analyzer asks for them)
-    and returns the floor serving them: perf_analyzer against it measures the client and loopback alone."""
-    source, binary = ROOT / "bench" / "floor.rs", CACHE / "floor"
-    if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
-        subprocess.run(["rustc", "--edition", "2021", "-O", str(source), "-o", str(binary)], check=True)
-    answers = CACHE / "floor-answers"
-    answers.mkdir(exist_ok=True)
-    host, port = tessera.http.split(":")
-    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+# The add/sub models' request: INPUT0 and INPUT1, INT32 [1, 16], 0..15 each.
+ADD_SUB_INPUTS = [(f"INPUT{i}", "INT32", [1, 16], struct.pack("<16i", *range(16))) for i in (0, 1)]
 
-    def call(method, path, body=None):
-        connection.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+
+def floor_server(tessera, model, protocol="http", inputs=ADD_SUB_INPUTS):
+    """The floor for `model` over `protocol`: a server that answers from memory with Tessera's own answers,
+    recorded here (metadata, config and one inference of `inputs`, (name, datatype, shape, raw bytes) each,
+    with binary outputs as perf_analyzer asks for them), so that perf_analyzer against it measures the
+    client and loopback alone. HTTP: bench/floor.rs (plain rustc, cached); gRPC: bench/floor_grpc.rs (an
+    example of the server's crate, on its transport)."""
+    answers = CACHE / f"floor-answers-{protocol}"
+    answers.mkdir(exist_ok=True)
+    port = free_port()
+    if protocol == "http":
+        source, binary = ROOT / "bench" / "floor.rs", CACHE / "floor"
+        if not binary.exists() or binary.stat().st_mtime < source.stat().st_mtime:
+            subprocess.run(["rustc", "--edition", "2021", "-O", str(source), "-o", str(binary)], check=True)
+        record_http_answers(tessera, model, inputs, answers)
+        return Server("floor", [str(binary), str(port), model, str(answers)], dict(os.environ), f"127.0.0.1:{port}", None)
+    subprocess.run(["cargo", "build", "--quiet", "--release", "--example", "floor_grpc"], cwd=ROOT, check=True)
+    record_grpc_answers(tessera, model, inputs, answers)
+    command = [str(ROOT / "target" / "release" / "examples" / "floor_grpc"), str(port), model, str(answers)]
+    return Server("floor", command, dict(os.environ), None, f"127.0.0.1:{port}")
+
+
+def record_http_answers(tessera, model, inputs, answers):
+    """Tessera's HTTP answers to metadata, config and an inference of `inputs` (sent as binary data), as
+    bench/floor.rs reads them from `answers`."""
+    host, port = tessera.http.split(":")
+    connection = http.client.HTTPConnection(host, int(port), timeout=30)
+
+    def call(method, path, body=None, headers=None):
+        connection.request(method, path, body=body, headers=headers or {})
         response = connection.getresponse()
         return response, response.read()
 
     (answers / "metadata").write_bytes(call("GET", f"/v2/models/{model}")[1])
     (answers / "config").write_bytes(call("GET", f"/v2/models/{model}/config")[1])
-    inputs = [{"name": f"INPUT{i}", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))} for i in (0, 1)]
-    outputs = [{"name": f"OUTPUT{i}", "parameters": {"binary_data": True}} for i in (0, 1)]
-    response, body = call("POST", f"/v2/models/{model}/infer", json.dumps({"inputs": inputs, "outputs": outputs}))
+    tensors = [{"name": name, "datatype": datatype, "shape": shape, "parameters": {"binary_data_size": len(raw)}}
+               for name, datatype, shape, raw in inputs]
+    outputs = [{"name": o["name"], "parameters": {"binary_data": True}} for o in json.loads((answers / "metadata").read_bytes())["outputs"]]
+    header = json.dumps({"inputs": tensors, "outputs": outputs}).encode()
+    body = header + b"".join(raw for *_, raw in inputs)
+    response, answer = call("POST", f"/v2/models/{model}/infer", body,
+                            {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
     if response.status != 200:
-        raise SystemExit(f"Tessera refused the floor's recording request: {body!r}")
+        raise SystemExit(f"Tessera refused the floor's recording request: {answer[:500]!r}")
     head = "".join(f"{name}: {value}\r\n" for name, value in response.getheaders() if name.lower() != "date")
-    (answers / "infer").write_bytes(f"HTTP/1.1 200 OK\r\n{head}\r\n".encode() + body)
+    (answers / "infer").write_bytes(f"HTTP/1.1 200 OK\r\n{head}\r\n".encode() + answer)
     connection.close()
-    port = free_port()
-    return Server("floor", [str(binary), str(port), model, str(answers)], dict(os.environ), f"127.0.0.1:{port}", None)
+
+
+def record_grpc_answers(tessera, model, inputs, answers):
+    """Tessera's gRPC answers to metadata, config and an inference of `inputs` (as raw contents), serialized,
+    as bench/floor_grpc.rs reads them from `answers`."""
+    import grpc
+    from tritonclient.grpc import service_pb2, service_pb2_grpc
+
+    unlimited = [("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", -1)]
+    with grpc.insecure_channel(tessera.grpc, options=unlimited) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        metadata = stub.ModelMetadata(service_pb2.ModelMetadataRequest(name=model))
+        config = stub.ModelConfig(service_pb2.ModelConfigRequest(name=model))
+        request = service_pb2.ModelInferRequest(model_name=model, raw_input_contents=[raw for *_, raw in inputs])
+        for name, datatype, shape, _ in inputs:
+            request.inputs.add(name=name, datatype=datatype, shape=shape)
+        inference = stub.ModelInfer(request)
+    for name, message in (("metadata", metadata), ("config", config), ("infer", inference)):
+        (answers / name).write_bytes(message.SerializeToString())
 
 
 # Runs of one point before a perf_analyzer that cannot stabilise ends the benchmark.
@@ -269,6 +341,30 @@ def perf_analyzer(server, protocol, concurrency, measurement_ms, model="simple",
         row = next(csv.DictReader(open(out.name)))
     throughput = float(row["Response Throughput"] if streaming else row["Inferences/Second"])
     return throughput, float(row["p50 latency"]), float(row["p99 latency"])
+
+
+def successes(server, model):
+    """How many requests `model` has answered successfully (the statistics extension, over HTTP, or over
+    gRPC for a server without HTTP)."""
+    if server.http is None:
+        import tritonclient.grpc as grpcclient
+
+        client = grpcclient.InferenceServerClient(server.grpc)
+        stats = client.get_inference_statistics(model, as_json=True)["model_stats"]
+        client.close()
+    else:
+        with urllib.request.urlopen(f"http://{server.http}/v2/models/{model}/stats", timeout=10) as r:
+            stats = json.load(r)["model_stats"]
+    return sum(int(s["inference_stats"]["success"].get("count", 0)) for s in stats)
+
+
+def measured(server, protocol, concurrency, measurement_ms, model="simple", **options):
+    """One perf_analyzer run (`options` as `perf_analyzer` takes them): (throughput, p50, p99) and the CPU
+    time, in µs, the server's processes used per request it answered during the run."""
+    cpu, count = server.cpu_seconds(), successes(server, model)
+    result = perf_analyzer(server, protocol, concurrency, measurement_ms, model=model, **options)
+    requests = max(successes(server, model) - count, 1)
+    return (*result, (server.cpu_seconds() - cpu) * 1e6 / requests)
 
 
 def interleaved(trials, measure, names=("tessera", "triton")):

@@ -28,7 +28,7 @@ import urllib.request
 import numpy as np
 import tritonclient.http as httpclient
 
-from harness import CACHE, NUMPY, ROOT, TESSERA, interleaved, perf_analyzer, ratio, save_results, tessera_server, triton_server
+from harness import CACHE, ROOT, TESSERA, interleaved, link_numpy, perf_analyzer, ratio, save_results, tessera_server, triton_server
 
 MODEL = ROOT / "model_repository" / "add_sub"
 
@@ -43,9 +43,7 @@ def add_model(repo, name, count=1, mark=""):
     (directory / "config.pbtxt").write_text(config)
     (directory / "1" / "model.py").write_text((MODEL / "1" / "model.py").read_text() + mark)
     if repo.name == "triton":
-        # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
-        for entry in ("numpy", "numpy.libs"):
-            (directory / entry).symlink_to(NUMPY / entry)
+        link_numpy(directory)
 
 
 def post(server, path):

@@ -20,7 +20,7 @@ import re
 import shutil
 import statistics
 
-from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, side_rows,
+from harness import (CACHE, ROOT, TESSERA, fresh_repositories, interleaved, link_numpy, perf_analyzer, save_results, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 SIDES = ("tessera onnx", "tessera wasm", "tessera python", "triton python")
@@ -38,9 +38,7 @@ def python_sequence(repo):
     (directory / "config.pbtxt").write_text(text.replace('platform: "onnxruntime_onnx"', 'backend: "python"') + "\n")
     shutil.copy(ROOT / "bench/triton_sequence/model.py", directory / "1" / "model.py")
     if repo.name == "triton":
-        # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
-        for entry in ("numpy", "numpy.libs"):
-            (directory / entry).symlink_to(NUMPY / entry)
+        link_numpy(directory)
 
 
 def wasm_sequence(repo):

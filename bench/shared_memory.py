@@ -20,7 +20,7 @@ import os
 import shutil
 import statistics
 
-from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, tessera_server,
+from harness import (CACHE, ROOT, TESSERA, fresh_repositories, interleaved, link_numpy, perf_analyzer, save_results, tessera_server,
                      trial_arguments, triton_server)
 
 ELEMENTS = 4 << 20  # 16 MiB of FP32
@@ -38,9 +38,7 @@ def identity_python(repo):
     (directory / "1").mkdir(parents=True)
     (directory / "config.pbtxt").write_text(CONFIG)
     shutil.copy(ROOT / "bench/triton_identity/model.py", directory / "1" / "model.py")
-    # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
-    for entry in ("numpy", "numpy.libs"):
-        (directory / entry).symlink_to(NUMPY / entry)
+    link_numpy(directory)
 
 
 def minilm_pair(repo):

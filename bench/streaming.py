@@ -15,7 +15,7 @@ import json
 import os
 import shutil
 
-from harness import (CACHE, NUMPY, ROOT, TESSERA, fresh_repositories, interleaved, perf_analyzer, save_results, side_rows,
+from harness import (CACHE, ROOT, TESSERA, fresh_repositories, interleaved, link_numpy, perf_analyzer, save_results, side_rows,
                      tessera_server, trial_arguments, triton_server)
 
 RESPONSES = 100
@@ -32,9 +32,7 @@ def python_repeat(repo):
     (directory / "config.pbtxt").write_text(text + "\n")
     shutil.copy(ROOT / "bench/triton_repeat/model.py", directory / "1" / "model.py")
     if repo.name == "triton":
-        # Triton's python stub runs an isolated interpreter whose sys.path holds the model directory.
-        for entry in ("numpy", "numpy.libs"):
-            (directory / entry).symlink_to(NUMPY / entry)
+        link_numpy(directory)
 
 
 def input_data():
