@@ -45,10 +45,8 @@ struct Answers {
     served: AtomicU64,
 }
 
-type Body = http_body_util::combinators::WithTrailers<
-    Full<Bytes>,
-    std::future::Ready<Option<Result<HeaderMap, Infallible>>>,
->;
+type Body =
+    http_body_util::combinators::WithTrailers<Full<Bytes>, std::future::Ready<Option<Result<HeaderMap, Infallible>>>>;
 
 fn main() -> std::io::Result<()> {
     let args: Vec<String> = std::env::args().collect();
