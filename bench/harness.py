@@ -220,8 +220,8 @@ def floor_server(tessera, model, protocol="http", inputs=ADD_SUB_INPUTS):
     with binary outputs as perf_analyzer asks for them), so that perf_analyzer against it measures the
     client and loopback alone. HTTP: bench/floor.rs (plain rustc, cached); gRPC: bench/floor_grpc.rs (an
     example of the server's crate, on its transport)."""
-    answers = CACHE / f"floor-answers-{protocol}"
-    answers.mkdir(exist_ok=True)
+    answers = CACHE / f"floor-answers-{model}-{protocol}"
+    answers.mkdir(parents=True, exist_ok=True)
     port = free_port()
     if protocol == "http":
         source, binary = ROOT / "bench" / "floor.rs", CACHE / "floor"

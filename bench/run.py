@@ -1,11 +1,18 @@
-"""Tessera against the real Triton, side by side, in one run on this machine.
+"""Tessera against the real Triton and against the floor, side by side, in one run on this machine.
 
 Serves `simple` (INT32 [16] add/sub, max_batch_size 8) both ways — Triton 2.51 with a python-backend
 model.py, Tessera with the Wasm add_sub plugin, identical config otherwise — on loopback, and measures:
 
-- perf_analyzer over HTTP and gRPC at each concurrency, the two servers interleaved (A B, then B A, …) so
-  machine drift hits both; per point the medians of throughput and p50/p99, and the ratio Tessera/Triton
-  as the median of the per-trial ratios;
+- perf_analyzer over HTTP and gRPC at each concurrency against three servers interleaved (A B C, then
+  C B A, …) so machine drift hits all: Tessera, Triton, and the floor of that protocol, a server that
+  answers from memory with Tessera's own recorded answers (bench/floor.rs for HTTP; bench/floor_grpc.rs,
+  hyper's HTTP/2 under Tessera's executor, for gRPC), so that what is left between Tessera and the floor
+  is Tessera's own work. Per point: medians of throughput and p50/p99; Tessera/Triton and Tessera/floor
+  as medians of the per-trial ratios; Tessera's own cost as the median of the per-trial differences
+  Tessera p50 − floor p50; and each server's CPU time per answered request (Triton's includes its python
+  stub process);
+- the same three sides on an 8 MiB FP32 identity at concurrency 4 (Tessera's `identity_fp32` Wasm plugin,
+  Triton's python backend running bench/triton_identity/model.py), binary tensors both ways;
 - a tritonclient Python loop of sequential calls per protocol;
 - time from process start to `/v2/health/ready` (median of several starts; Tessera's compiled-plugin cache
   warm); idle RSS after start and RSS after the load (Triton's includes its python stub process).
@@ -19,12 +26,40 @@ import csv
 import datetime
 import os
 import platform
+import shutil
 import statistics
 import time
 
 from harness import (
-    RESULTS, TESSERA, floor_server, interleaved, perf_analyzer, prepare_repositories, ratio, tessera_server, triton_server,
+    RESULTS, ROOT, TESSERA, floor_server, interleaved, link_numpy, measured, prepare_repositories, ratio, tessera_server,
+    triton_server,
 )
+
+SIDES = ("tessera", "triton", "floor")
+# The large-tensor point: 2 Mi FP32 elements (8 MiB) a request, at concurrency 4.
+LARGE_ELEMENTS = 2 << 20
+LARGE_CONCURRENCY = 4
+# An 8 MiB round trip takes milliseconds: windows of a few hundred requests finish within an attempt.
+LARGE_WINDOW_REQUESTS = 200
+
+
+def add_identity(tessera_repo, triton_repo):
+    """`identity_fp32` in both repositories: Tessera's Wasm plugin, and the same config on Triton's python
+    backend with bench/triton_identity/model.py."""
+    source = ROOT / "model_repository" / "identity_fp32"
+    shutil.copytree(source, tessera_repo / "identity_fp32")
+    triton = triton_repo / "identity_fp32"
+    (triton / "1").mkdir(parents=True)
+    config = (source / "config.pbtxt").read_text()
+    (triton / "config.pbtxt").write_text(config.replace('backend: "wasm"', 'backend: "python"'))
+    shutil.copy(ROOT / "bench" / "triton_identity" / "model.py", triton / "1" / "model.py")
+    link_numpy(triton)
+
+
+def large_inputs():
+    """The identity's request, as the floor records it: INPUT0, FP32 [1, LARGE_ELEMENTS], zeros."""
+    return [("INPUT0", "FP32", [1, LARGE_ELEMENTS], bytes(4 * LARGE_ELEMENTS))]
+
 
 def client_loop(server, protocol, calls):
     """Sequential tritonclient calls; returns the median microseconds per call."""
@@ -49,8 +84,30 @@ def client_loop(server, protocol, calls):
     return statistics.median(timings) * 1e6
 
 
+def point(sides, protocol, concurrency, model, args, **options):
+    """One row: perf_analyzer against the three `sides` of `protocol`, interleaved over the trials."""
+    runs = interleaved(args.trials, lambda n: measured(sides[n], protocol, concurrency, args.measurement_ms, model=model, **options),
+                       names=SIDES)
+    med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(4)] for n in SIDES}
+    column = lambda side, i: [r[i] for r in runs[side]]  # noqa: E731
+    row = {"model": model, "protocol": protocol, "concurrency": concurrency}
+    for n in SIDES:
+        row[f"{n}_infer_per_s"] = med[n][0]
+    row["vs_triton"] = ratio(column("tessera", 0), column("triton", 0))
+    row["vs_floor"] = ratio(column("tessera", 0), column("floor", 0))
+    for n in SIDES:
+        row[f"{n}_p50_us"] = med[n][1]
+    row["own_us"] = statistics.median(a - b for a, b in zip(column("tessera", 1), column("floor", 1)))
+    row["tessera_p99_us"], row["triton_p99_us"] = med["tessera"][2], med["triton"][2]
+    row["tessera_cpu_us"], row["triton_cpu_us"] = med["tessera"][3], med["triton"][3]
+    print(f"  {model} {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s, triton "
+          f"{row['triton_infer_per_s']:.0f}/s (x{row['vs_triton']:.2f}), floor {row['floor_infer_per_s']:.0f}/s; "
+          f"own {row['own_us']:.0f} us", flush=True)
+    return row
+
+
 def main():
-    parser = argparse.ArgumentParser(description="Tessera vs Triton on `simple`")
+    parser = argparse.ArgumentParser(description="Tessera vs Triton and the floor on `simple`")
     parser.add_argument("--trials", type=int, default=3, help="perf_analyzer runs per server and point")
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--measurement-ms", type=int, default=2000)
@@ -60,51 +117,40 @@ def main():
     args = parser.parse_args()
     began = time.monotonic()
     tessera_repo, triton_repo = prepare_repositories()
+    add_identity(tessera_repo, triton_repo)
     servers = {"tessera": tessera_server(tessera_repo, args.tessera_binary), "triton": triton_server(triton_repo)}
-    rows, summary = [], {}
+    rows, floors = [], []
 
     # Warm Tessera's compiled-plugin cache, then time starts, alternating the servers.
     servers["tessera"].start()
     servers["tessera"].stop()
     starts = interleaved(args.starts, lambda n: (servers[n].start(), servers[n].stop())[0])
-    for name, server in servers.items():
+    for server in servers.values():
         server.start()
     time.sleep(1)
     idle = {name: s.rss_mib() for name, s in servers.items()}
     try:
         for protocol in ("http", "grpc"):
+            floors.append(floor_server(servers["tessera"], "simple", protocol))
+            floors[-1].start()
+            sides = {**servers, "floor": floors[-1]}
             for concurrency in map(int, args.concurrency.split(",")):
-                points = interleaved(args.trials, lambda n: perf_analyzer(servers[n], protocol, concurrency, args.measurement_ms))
-                med = {n: [statistics.median(p[i] for p in points[n]) for i in range(3)] for n in points}
-                row = {
-                    "protocol": protocol, "concurrency": concurrency,
-                    "tessera_infer_per_s": med["tessera"][0], "triton_infer_per_s": med["triton"][0],
-                    "throughput_ratio": ratio([p[0] for p in points["tessera"]], [p[0] for p in points["triton"]]),
-                    "tessera_p50_us": med["tessera"][1], "triton_p50_us": med["triton"][1],
-                    "p50_ratio": ratio([p[1] for p in points["tessera"]], [p[1] for p in points["triton"]]),
-                    "tessera_p99_us": med["tessera"][2], "triton_p99_us": med["triton"][2],
-                }
-                rows.append(row)
-                print(f"  {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s vs triton "
-                      f"{row['triton_infer_per_s']:.0f}/s (x{row['throughput_ratio']:.2f})", flush=True)
-        floor = floor_server(servers["tessera"], "simple")
-        floor.start()
-        try:
-            sides = {"tessera": servers["tessera"], "floor": floor}
-            floor_runs = interleaved(args.trials, lambda n: perf_analyzer(sides[n], "http", 1, args.measurement_ms, stability=100), names=tuple(sides))
-        finally:
-            floor.stop()
+                rows.append(point(sides, protocol, concurrency, "simple", args))
+        for protocol in ("http", "grpc"):
+            floors.append(floor_server(servers["tessera"], "identity_fp32", protocol, large_inputs()))
+            floors[-1].start()
+            sides = {**servers, "floor": floors[-1]}
+            rows.append(point(sides, protocol, LARGE_CONCURRENCY, "identity_fp32", args, shape=f"INPUT0:{LARGE_ELEMENTS}",
+                              window_requests=LARGE_WINDOW_REQUESTS))
         loops = {p: interleaved(1, lambda n: client_loop(servers[n], p, args.calls)) for p in ("http", "grpc")}
         loaded = {name: s.rss_mib() for name, s in servers.items()}
     finally:
-        for server in servers.values():
+        for server in [*servers.values(), *floors]:
             server.stop()
     summary = {
         "start_to_ready_ms": {n: statistics.median(v) * 1000 for n, v in starts.items()},
         "idle_rss_mib": idle, "loaded_rss_mib": loaded,
         "client_loop_us": {p: {n: v[0] for n, v in loops[p].items()} for p in loops},
-        "floor_p50_us": statistics.median(p[1] for p in floor_runs["floor"]),
-        "floor_paired_tessera_p50_us": statistics.median(p[1] for p in floor_runs["tessera"]),
     }
     write_results(rows, summary, args, time.monotonic() - began)
 
@@ -120,17 +166,22 @@ def write_results(rows, summary, args, elapsed):
     lines = [
         f"Measured {stamp} on {platform.machine()} with {cores} cores, in one run: "
         f"`scripts/dev bench --trials {args.trials} --concurrency {args.concurrency} --measurement-ms {args.measurement_ms}` "
-        f"({elapsed / 60:.1f} min). Triton 2.51 (python backend) vs Tessera (Wasm plugin), model `simple`; "
-        "perf_analyzer 2.51, `-s 50`, medians of the trials; ratio = median of per-trial Tessera/Triton ratios.",
+        f"({elapsed / 60:.1f} min). Triton 2.51 (python backend) vs Tessera (Wasm plugin) vs the floor (answers from "
+        "memory: bench/floor.rs over HTTP, bench/floor_grpc.rs over gRPC); perf_analyzer 2.51, `-s 50`, medians of "
+        "the trials; ratios and Tessera's own cost (Tessera p50 − floor p50) are medians of the per-trial values; "
+        "CPU is each server's user + system time per answered request. `identity_fp32` echoes 8 MiB of FP32.",
         "",
-        "| protocol | concurrency | Tessera infer/s | Triton infer/s | throughput ratio | Tessera p50 µs | Triton p50 µs | p50 ratio | Tessera p99 µs | Triton p99 µs |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| model | protocol | concurrency | Tessera infer/s | Triton infer/s | floor infer/s | Tessera/Triton | "
+        "Tessera/floor | Tessera p50 µs | Triton p50 µs | floor p50 µs | Tessera's own µs | Tessera p99 µs | "
+        "Triton p99 µs | Tessera CPU µs/req | Triton CPU µs/req |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['protocol']} | {r['concurrency']} | {r['tessera_infer_per_s']:.0f} | {r['triton_infer_per_s']:.0f} | "
-            f"{r['throughput_ratio']:.2f}× | {r['tessera_p50_us']:.0f} | {r['triton_p50_us']:.0f} | {r['p50_ratio']:.2f} | "
-            f"{r['tessera_p99_us']:.0f} | {r['triton_p99_us']:.0f} |"
+            f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {r['tessera_infer_per_s']:.0f} | "
+            f"{r['triton_infer_per_s']:.0f} | {r['floor_infer_per_s']:.0f} | {r['vs_triton']:.2f}× | {r['vs_floor']:.2f}× | "
+            f"{r['tessera_p50_us']:.0f} | {r['triton_p50_us']:.0f} | {r['floor_p50_us']:.0f} | {r['own_us']:.0f} | "
+            f"{r['tessera_p99_us']:.0f} | {r['triton_p99_us']:.0f} | {r['tessera_cpu_us']:.0f} | {r['triton_cpu_us']:.0f} |"
         )
     s = summary
     lines += [
@@ -142,10 +193,6 @@ def write_results(rows, summary, args, elapsed):
         f"| RSS after the load | {s['loaded_rss_mib']['tessera']:.1f} MiB | {s['loaded_rss_mib']['triton']:.1f} MiB |",
         f"| tritonclient HTTP, {args.calls} sequential calls, median per call | {s['client_loop_us']['http']['tessera']:.0f} µs | {s['client_loop_us']['http']['triton']:.0f} µs |",
         f"| tritonclient gRPC, {args.calls} sequential calls, median per call | {s['client_loop_us']['grpc']['tessera']:.0f} µs | {s['client_loop_us']['grpc']['triton']:.0f} µs |",
-        "",
-        f"The floor, HTTP concurrency 1: perf_analyzer's p50 against a server that answers from memory (bench/floor.rs) "
-        f"is {s['floor_p50_us']:.0f} µs, what the client and loopback cost alone; Tessera's p50 in the same interleaved "
-        f"trials was {s['floor_paired_tessera_p50_us']:.0f} µs.",
     ]
     text = "\n".join(lines) + "\n"
     (RESULTS / f"bench-{stamp}.md").write_text(text)
