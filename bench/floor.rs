@@ -14,10 +14,12 @@
 //!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
 //!                     headers included, because binary outputs need their Inference-Header-Content-Length)
 
+#[path = "floor_answers.rs"]
+mod floor_answers;
+
 use std::borrow::Cow;
 use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -34,21 +36,15 @@ struct Answers {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 {
-        eprintln!("usage: floor PORT MODEL DIR");
-        std::process::exit(2);
-    }
-    let dir = PathBuf::from(&args[3]);
-    let read = |name: &str| std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()));
+    let (port, recorded) = floor_answers::from_command_line("floor");
     let answers = Arc::new(Answers {
-        metadata: read("metadata"),
-        config: read("config"),
-        infer: read("infer"),
-        model: args[2].clone(),
+        metadata: recorded.metadata,
+        config: recorded.config,
+        infer: recorded.infer,
+        model: recorded.model,
         served: AtomicU64::new(0),
     });
-    let listener = TcpListener::bind(("127.0.0.1", args[1].parse::<u16>().expect("PORT"))).expect("bind");
+    let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind");
     for stream in listener.incoming().flatten() {
         let answers = answers.clone();
         std::thread::spawn(move || serve(stream, &answers));

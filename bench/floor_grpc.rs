@@ -13,8 +13,10 @@
 //!   floor_grpc PORT MODEL DIR    DIR holds `metadata`, `config` and `infer`: the serialized
 //!                                ModelMetadataResponse, ModelConfigResponse and ModelInferResponse
 
+#[path = "floor_answers.rs"]
+mod floor_answers;
+
 use std::convert::Infallible;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -49,24 +51,14 @@ type Body =
     http_body_util::combinators::WithTrailers<Full<Bytes>, std::future::Ready<Option<Result<HeaderMap, Infallible>>>>;
 
 fn main() -> std::io::Result<()> {
-    let args: Vec<String> = std::env::args().collect();
-    if args.len() != 4 {
-        eprintln!("usage: floor_grpc PORT MODEL DIR");
-        std::process::exit(2);
-    }
-    let dir = PathBuf::from(&args[3]);
-    let read = |name: &str| {
-        let bytes = std::fs::read(dir.join(name)).unwrap_or_else(|e| panic!("{}/{name}: {e}", dir.display()));
-        Bytes::from(bytes)
-    };
+    let (port, recorded) = floor_answers::from_command_line("floor_grpc");
     let answers = Arc::new(Answers {
-        metadata: read("metadata"),
-        config: read("config"),
-        infer: read("infer"),
-        model: args[2].clone(),
+        metadata: recorded.metadata.into(),
+        config: recorded.config.into(),
+        infer: recorded.infer.into(),
+        model: recorded.model,
         served: AtomicU64::new(0),
     });
-    let port: u16 = args[1].parse().expect("PORT");
     tessera::executor::runtime(BUSY_POLL)?.block_on(async move {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
         let mut builder = http2::Builder::new(InlineFirst);
