@@ -8,8 +8,9 @@
 //! harness builds it with plain `rustc -O`, without crate downloads. It is a measuring stick, never a server.
 //! Like Tessera by default (src/busy_poll.rs), it spins for up to `SPIN` before it sleeps, so that a request
 //! arriving meanwhile does not pay for waking it. A floor that slept at once would pay that wake-up, which
-//! Tessera does not, and would stop being a floor. Unlike Tessera it keeps its CPU while it spins (Tessera
-//! yields it between polls), which can only make the floor lower.
+//! Tessera does not, and would stop being a floor. Like Tessera it yields its core between polls: with one
+//! spinning thread per connection, a floor that kept its core would, at concurrency 4 on 2 cores, starve
+//! the client it measures (perf_analyzer then never settled against it).
 //!
 //!   floor PORT MODEL DIR    DIR holds `metadata`, `config` (JSON bodies) and `infer` (a whole HTTP response,
 //!                     headers included, because binary outputs need their Inference-Header-Content-Length)
@@ -86,7 +87,7 @@ impl Read for Spinning {
         let start = Instant::now();
         loop {
             match self.0.read(buf) {
-                Err(e) if e.kind() == ErrorKind::WouldBlock && start.elapsed() < SPIN => std::hint::spin_loop(),
+                Err(e) if e.kind() == ErrorKind::WouldBlock && start.elapsed() < SPIN => std::thread::yield_now(),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => return self.blocking(|s| s.read(buf)),
                 other => return other,
             }
