@@ -1,7 +1,11 @@
 //! Per-model-version statistics, Triton's statistics extension: how many requests succeeded or failed and
 //! the time they spent queued and computing (input preparation, inference, output handling), per batch
-//! size too, and the response cache's hits and misses. Plain atomics on the request path; a snapshot is the `inference.ModelStatistics` message that
-//! both frontends serve. The same events also feed the Prometheus metrics (`metrics`).
+//! size too, and the response cache's hits and misses. Plain atomics on the request path, but an
+//! execution's counts and compute times go in together under one lock, which a snapshot takes too:
+//! perf_analyzer refuses a window whose compute_input, compute_infer and compute_output counts differ, which
+//! a snapshot taken between their separate updates showed it (2026-12-06, HTTP c=4 on `simple`). A snapshot
+//! is the `inference.ModelStatistics` message that both frontends serve. The same events also feed the
+//! Prometheus metrics (`metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -36,21 +40,33 @@ pub struct Timing {
     pub compute_output: Duration,
 }
 
+/// Every execution so far: counts and compute times, in all and per batch size.
+#[derive(Default)]
+struct Executions {
+    executions: u64,
+    inferences: u64,
+    total: Timing,
+    /// Per batch size: how many executions, and their compute times.
+    batches: BTreeMap<u64, (u64, Timing)>,
+}
+
+impl Timing {
+    fn add(&mut self, other: &Timing) {
+        self.compute_input += other.compute_input;
+        self.compute_infer += other.compute_infer;
+        self.compute_output += other.compute_output;
+    }
+}
+
 pub struct Stats {
     success: Tally,
     fail: Tally,
     queue: Tally,
-    compute_input: Tally,
-    compute_infer: Tally,
-    compute_output: Tally,
-    inference_count: AtomicU64,
-    execution_count: AtomicU64,
+    executions: Mutex<Executions>,
     last_inference_ms: AtomicU64,
     pending: AtomicI64,
     cache_hit: Tally,
     cache_miss: Tally,
-    /// Per batch size: how many executions, and their compute times.
-    batches: Mutex<BTreeMap<u64, (u64, Timing)>>,
     metrics: ModelMetrics,
 }
 
@@ -60,16 +76,11 @@ impl Stats {
             success: Tally::default(),
             fail: Tally::default(),
             queue: Tally::default(),
-            compute_input: Tally::default(),
-            compute_infer: Tally::default(),
-            compute_output: Tally::default(),
-            inference_count: AtomicU64::default(),
-            execution_count: AtomicU64::default(),
+            executions: Mutex::default(),
             last_inference_ms: AtomicU64::default(),
             pending: AtomicI64::default(),
             cache_hit: Tally::default(),
             cache_miss: Tally::default(),
-            batches: Mutex::default(),
             metrics,
         }
     }
@@ -87,18 +98,14 @@ impl Stats {
 
     /// One execution of `batch_size` inferences (the sum of the batch dimensions it carried).
     pub fn executed(&self, batch_size: u64, timing: &Timing) {
-        self.execution_count.fetch_add(1, Ordering::Relaxed);
-        self.inference_count.fetch_add(batch_size, Ordering::Relaxed);
-        self.compute_input.add(1, timing.compute_input);
-        self.compute_infer.add(1, timing.compute_infer);
-        self.compute_output.add(1, timing.compute_output);
         {
-            let mut batches = self.batches.lock().expect("stats lock");
-            let (count, total) = batches.entry(batch_size).or_default();
+            let mut executions = self.executions.lock().expect("stats lock");
+            executions.executions += 1;
+            executions.inferences += batch_size;
+            executions.total.add(timing);
+            let (count, total) = executions.batches.entry(batch_size).or_default();
             *count += 1;
-            total.compute_input += timing.compute_input;
-            total.compute_infer += timing.compute_infer;
-            total.compute_output += timing.compute_output;
+            total.add(timing);
         }
         self.metrics.executed(batch_size, timing);
     }
@@ -132,34 +139,31 @@ impl Stats {
     }
 
     pub fn snapshot(&self, name: &str, version: i64) -> ModelStatistics {
-        let batch_stats = self
+        let executions = self.executions.lock().expect("stats lock");
+        let tally = |count: u64, d: Duration| Some(StatisticDuration { count, ns: d.as_nanos() as u64 });
+        let batch_stats = executions
             .batches
-            .lock()
-            .expect("stats lock")
             .iter()
-            .map(|(&batch_size, &(count, total))| {
-                let duration = |d: Duration| Some(StatisticDuration { count, ns: d.as_nanos() as u64 });
-                InferBatchStatistics {
-                    batch_size,
-                    compute_input: duration(total.compute_input),
-                    compute_infer: duration(total.compute_infer),
-                    compute_output: duration(total.compute_output),
-                }
+            .map(|(&batch_size, &(count, total))| InferBatchStatistics {
+                batch_size,
+                compute_input: tally(count, total.compute_input),
+                compute_infer: tally(count, total.compute_infer),
+                compute_output: tally(count, total.compute_output),
             })
             .collect();
         ModelStatistics {
             name: name.to_string(),
             version: version.to_string(),
             last_inference: self.last_inference_ms.load(Ordering::Relaxed),
-            inference_count: self.inference_count.load(Ordering::Relaxed),
-            execution_count: self.execution_count.load(Ordering::Relaxed),
+            inference_count: executions.inferences,
+            execution_count: executions.executions,
             inference_stats: Some(InferStatistics {
                 success: self.success.snapshot(),
                 fail: self.fail.snapshot(),
                 queue: self.queue.snapshot(),
-                compute_input: self.compute_input.snapshot(),
-                compute_infer: self.compute_infer.snapshot(),
-                compute_output: self.compute_output.snapshot(),
+                compute_input: tally(executions.executions, executions.total.compute_input),
+                compute_infer: tally(executions.executions, executions.total.compute_infer),
+                compute_output: tally(executions.executions, executions.total.compute_output),
                 cache_hit: self.cache_hit.snapshot(),
                 cache_miss: self.cache_miss.snapshot(),
             }),
@@ -167,5 +171,42 @@ impl Stats {
             memory_usage: Vec::new(),
             response_stats: Default::default(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A snapshot taken while executions are being counted sees each one whole: its three compute counts
+    /// and the execution count agree, as perf_analyzer requires of every window.
+    #[test]
+    fn a_snapshot_sees_each_execution_whole() {
+        let stats = Arc::new(Stats::new(crate::observability::metrics::Metrics::new().for_model("m", 1)));
+        let counting = {
+            let stats = stats.clone();
+            std::thread::spawn(move || {
+                let timing = Timing { compute_input: Duration::from_nanos(1), ..Timing::default() };
+                for _ in 0..200_000 {
+                    stats.executed(1, &timing);
+                }
+            })
+        };
+        let mut snapshots = 0;
+        while !counting.is_finished() || snapshots == 0 {
+            let snapshot = stats.snapshot("m", 1);
+            let inference = snapshot.inference_stats.expect("inference stats");
+            let counts =
+                [inference.compute_input, inference.compute_infer, inference.compute_output].map(|d| d.unwrap().count);
+            assert_eq!(counts, [snapshot.execution_count; 3], "snapshot {snapshots}");
+            assert_eq!(
+                snapshot.batch_stats.first().map_or(0, |b| b.compute_infer.unwrap().count),
+                snapshot.execution_count
+            );
+            snapshots += 1;
+        }
+        counting.join().unwrap();
+        assert_eq!(stats.snapshot("m", 1).execution_count, 200_000);
     }
 }
