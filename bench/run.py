@@ -36,10 +36,10 @@ from harness import (
 )
 
 SIDES = ("tessera", "triton", "floor")
-# The concurrencies at which `simple` is measured against the floor too. Beyond 1 the floor answers faster
-# than perf_analyzer can count on 2 cores: at HTTP c=4 it never settled in 3 attempts of 90 s (2026-12-06,
-# three runs), its own memory growing past 4 GB, so the floor there would measure the client's collapse.
-FLOOR_CONCURRENCY = (1,)
+# The concurrencies at which `simple` is measured against the floor too, per protocol. Beyond c=1 the HTTP
+# floor answers faster than perf_analyzer can count on 2 cores: at c=4 it never settled in 3 attempts of
+# 90 s (2026-12-06, three runs), perf_analyzer's memory growing past 4 GB. The gRPC floor settles at c=4.
+FLOOR_CONCURRENCY = {"http": (1,), "grpc": (1, 4)}
 # The large-tensor point: 2 Mi FP32 elements (8 MiB) a request, at concurrency 4.
 LARGE_ELEMENTS = 2 << 20
 LARGE_CONCURRENCY = 4
@@ -141,7 +141,7 @@ def main():
             floors.append(floor_server(servers["tessera"], "simple", protocol))
             floors[-1].start()
             for concurrency in map(int, args.concurrency.split(",")):
-                sides = {**servers, "floor": floors[-1]} if concurrency in FLOOR_CONCURRENCY else servers
+                sides = {**servers, "floor": floors[-1]} if concurrency in FLOOR_CONCURRENCY[protocol] else servers
                 rows.append(point(sides, protocol, concurrency, "simple", args))
         for protocol in ("http", "grpc"):
             floors.append(floor_server(servers["tessera"], "identity_fp32", protocol, large_inputs()))
