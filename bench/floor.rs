@@ -29,22 +29,13 @@ use std::time::{Duration, Instant};
 const SPIN: Duration = Duration::from_micros(100);
 
 struct Answers {
-    metadata: Vec<u8>,
-    config: Vec<u8>,
-    infer: Vec<u8>,
-    model: String,
+    recorded: floor_answers::Recorded,
     served: AtomicU64,
 }
 
 fn main() {
     let (port, recorded) = floor_answers::from_command_line("floor");
-    let answers = Arc::new(Answers {
-        metadata: recorded.metadata,
-        config: recorded.config,
-        infer: recorded.infer,
-        model: recorded.model,
-        served: AtomicU64::new(0),
-    });
+    let answers = Arc::new(Answers { recorded, served: AtomicU64::new(0) });
     let listener = TcpListener::bind(("127.0.0.1", port)).expect("bind");
     for stream in listener.incoming().flatten() {
         let answers = answers.clone();
@@ -140,14 +131,14 @@ fn read_request(reader: &mut impl BufRead, body: &mut Vec<u8>) -> Option<String>
 fn answer<'a>(path: &str, answers: &'a Answers) -> Cow<'a, [u8]> {
     if path.ends_with("/infer") {
         answers.served.fetch_add(1, Ordering::Relaxed);
-        return Cow::Borrowed(&answers.infer);
+        return Cow::Borrowed(&answers.recorded.infer);
     }
     let body = if path.ends_with("/stats") {
-        statistics(&answers.model, answers.served.load(Ordering::Relaxed))
+        statistics(&answers.recorded.model, answers.served.load(Ordering::Relaxed))
     } else if path.ends_with("/config") {
-        answers.config.clone()
+        answers.recorded.config.clone()
     } else if path.starts_with("/v2/models/") {
-        answers.metadata.clone()
+        answers.recorded.metadata.clone()
     } else if path == "/v2" {
         br#"{"name":"floor","version":"0","extensions":["statistics"]}"#.to_vec()
     } else {

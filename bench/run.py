@@ -183,7 +183,7 @@ def write_results(rows, summary, args, elapsed):
         "Triton p99 µs | Tessera CPU µs/req | Triton CPU µs/req |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    number = lambda value, suffix="": "—" if value is None else f"{value:.0f}{suffix}"  # noqa: E731
+    number = lambda value: "—" if value is None else f"{value:.0f}"  # noqa: E731
     for r in rows:
         vs_floor = "—" if r["vs_floor"] is None else f"{r['vs_floor']:.2f}×"
         lines.append(

@@ -1,11 +1,11 @@
 //! Per-model-version statistics, Triton's statistics extension: how many requests succeeded or failed and
 //! the time they spent queued and computing (input preparation, inference, output handling), per batch
-//! size too, and the response cache's hits and misses. Plain atomics on the request path, but an
-//! execution's counts and compute times go in together under one lock, which a snapshot takes too:
-//! perf_analyzer refuses a window whose compute_input, compute_infer and compute_output counts differ, which
-//! a snapshot taken between their separate updates showed it (2026-12-06, HTTP c=4 on `simple`). A snapshot
-//! is the `inference.ModelStatistics` message that both frontends serve. The same events also feed the
-//! Prometheus metrics (`metrics`).
+//! size too, and the response cache's hits and misses. Plain atomics on the request path, except for
+//! executions: each goes into its batch size's entry under one lock, and a snapshot derives the execution
+//! and inference counts and the compute totals from those entries under the same lock, so it never sees an
+//! execution half counted (perf_analyzer refuses a window whose compute_input, compute_infer and
+//! compute_output counts differ). A snapshot is the `inference.ModelStatistics` message that both frontends
+//! serve. The same events also feed the Prometheus metrics (`metrics`).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -40,16 +40,6 @@ pub struct Timing {
     pub compute_output: Duration,
 }
 
-/// Every execution so far: counts and compute times, in all and per batch size.
-#[derive(Default)]
-struct Executions {
-    executions: u64,
-    inferences: u64,
-    total: Timing,
-    /// Per batch size: how many executions, and their compute times.
-    batches: BTreeMap<u64, (u64, Timing)>,
-}
-
 impl Timing {
     fn add(&mut self, other: &Timing) {
         self.compute_input += other.compute_input;
@@ -62,7 +52,8 @@ pub struct Stats {
     success: Tally,
     fail: Tally,
     queue: Tally,
-    executions: Mutex<Executions>,
+    /// Per batch size: how many executions, and their compute times.
+    batches: Mutex<BTreeMap<u64, (u64, Timing)>>,
     last_inference_ms: AtomicU64,
     pending: AtomicI64,
     cache_hit: Tally,
@@ -76,7 +67,7 @@ impl Stats {
             success: Tally::default(),
             fail: Tally::default(),
             queue: Tally::default(),
-            executions: Mutex::default(),
+            batches: Mutex::default(),
             last_inference_ms: AtomicU64::default(),
             pending: AtomicI64::default(),
             cache_hit: Tally::default(),
@@ -99,11 +90,8 @@ impl Stats {
     /// One execution of `batch_size` inferences (the sum of the batch dimensions it carried).
     pub fn executed(&self, batch_size: u64, timing: &Timing) {
         {
-            let mut executions = self.executions.lock().expect("stats lock");
-            executions.executions += 1;
-            executions.inferences += batch_size;
-            executions.total.add(timing);
-            let (count, total) = executions.batches.entry(batch_size).or_default();
+            let mut batches = self.batches.lock().expect("stats lock");
+            let (count, total) = batches.entry(batch_size).or_default();
             *count += 1;
             total.add(timing);
         }
@@ -139,10 +127,15 @@ impl Stats {
     }
 
     pub fn snapshot(&self, name: &str, version: i64) -> ModelStatistics {
-        let executions = self.executions.lock().expect("stats lock");
+        let batches = self.batches.lock().expect("stats lock");
+        let (mut executions, mut inferences, mut total) = (0, 0, Timing::default());
+        for (&batch_size, &(count, timing)) in batches.iter() {
+            executions += count;
+            inferences += batch_size * count;
+            total.add(&timing);
+        }
         let tally = |count: u64, d: Duration| Some(StatisticDuration { count, ns: d.as_nanos() as u64 });
-        let batch_stats = executions
-            .batches
+        let batch_stats = batches
             .iter()
             .map(|(&batch_size, &(count, total))| InferBatchStatistics {
                 batch_size,
@@ -155,15 +148,15 @@ impl Stats {
             name: name.to_string(),
             version: version.to_string(),
             last_inference: self.last_inference_ms.load(Ordering::Relaxed),
-            inference_count: executions.inferences,
-            execution_count: executions.executions,
+            inference_count: inferences,
+            execution_count: executions,
             inference_stats: Some(InferStatistics {
                 success: self.success.snapshot(),
                 fail: self.fail.snapshot(),
                 queue: self.queue.snapshot(),
-                compute_input: tally(executions.executions, executions.total.compute_input),
-                compute_infer: tally(executions.executions, executions.total.compute_infer),
-                compute_output: tally(executions.executions, executions.total.compute_output),
+                compute_input: tally(executions, total.compute_input),
+                compute_infer: tally(executions, total.compute_infer),
+                compute_output: tally(executions, total.compute_output),
                 cache_hit: self.cache_hit.snapshot(),
                 cache_miss: self.cache_miss.snapshot(),
             }),
