@@ -14,6 +14,9 @@ model.py, Tessera with the Wasm add_sub plugin, identical config otherwise — o
 - the same three sides on an 8 MiB FP32 identity at concurrency 4 (Tessera's `identity_fp32` Wasm plugin,
   Triton's python backend running bench/triton_identity/model.py), binary tensors both ways;
 - a tritonclient Python loop of sequential calls per protocol;
+- one row for each path the open issues added (ensemble, decoupled stream, sequence, shared memory, numpy
+  python model, TorchScript: bench/paths.py), gRPC at concurrency 4, Tessera against Triton, from a second
+  pair of servers started after the first (`--no-paths` leaves them out);
 - time from process start to `/v2/health/ready` (median of several starts; Tessera's compiled-plugin cache
   warm); idle RSS after start and RSS after the load (Triton's includes its python stub process).
 
@@ -30,9 +33,10 @@ import shutil
 import statistics
 import time
 
+import paths
 from harness import (
-    RESULTS, ROOT, TESSERA, floor_server, interleaved, link_numpy, measured, prepare_repositories, ratio, tessera_server,
-    triton_server,
+    RESULTS, ROOT, TESSERA, floor_server, fresh_repositories, interleaved, link_numpy, measured, prepare_repositories, ratio,
+    tessera_server, triton_server,
 )
 
 SIDES = ("tessera", "triton", "floor")
@@ -88,16 +92,20 @@ def client_loop(server, protocol, calls):
     return statistics.median(timings) * 1e6
 
 
-def point(sides, protocol, concurrency, model, args, **options):
-    """One row: perf_analyzer against `sides` (Tessera, Triton and, where it is measured, the floor) over
-    `protocol`, interleaved over the trials. The floor's columns are None without it."""
+def point(sides, protocol, concurrency, models, args, path, **options):
+    """One row of `path`: perf_analyzer against `sides` (Tessera, Triton and, where it is measured, the floor)
+    over `protocol`, each side asked for its model in `models` (one name for all, or a name per side),
+    interleaved over the trials. The floor's columns are None without it."""
     names = tuple(sides)
-    runs = interleaved(args.trials, lambda n: measured(sides[n], protocol, concurrency, args.measurement_ms, model=model, **options),
-                       names=names)
+    if isinstance(models, str):
+        models = dict.fromkeys(names, models)
+    runs = interleaved(args.trials, lambda n: measured(sides[n], protocol, concurrency, args.measurement_ms, model=models[n],
+                                                       **options), names=names)
     med = {n: [statistics.median(r[i] for r in runs[n]) for i in range(4)] for n in names}
     column = lambda side, i: [r[i] for r in runs[side]]  # noqa: E731
     floor = "floor" in sides
-    row = {"model": model, "protocol": protocol, "concurrency": concurrency}
+    model = models["tessera"] if models["tessera"] == models["triton"] else f"{models['tessera']} (Triton: {models['triton']})"
+    row = {"path": path, "model": model, "protocol": protocol, "concurrency": concurrency}
     for n in SIDES:
         row[f"{n}_infer_per_s"] = med[n][0] if n in med else None
     row["vs_triton"] = ratio(column("tessera", 0), column("triton", 0))
@@ -108,7 +116,7 @@ def point(sides, protocol, concurrency, model, args, **options):
     row["tessera_p99_us"], row["triton_p99_us"] = med["tessera"][2], med["triton"][2]
     row["tessera_cpu_us"], row["triton_cpu_us"] = med["tessera"][3], med["triton"][3]
     against_floor = f", floor {row['floor_infer_per_s']:.0f}/s; own {row['own_us']:.0f} us" if floor else ""
-    print(f"  {model} {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s, triton "
+    print(f"  {path}, {model} {protocol} c={concurrency}: tessera {row['tessera_infer_per_s']:.0f}/s, triton "
           f"{row['triton_infer_per_s']:.0f}/s (x{row['vs_triton']:.2f}){against_floor}", flush=True)
     return row
 
@@ -120,6 +128,7 @@ def main():
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--calls", type=int, default=1000, help="sequential tritonclient calls per protocol")
     parser.add_argument("--starts", type=int, default=3, help="starts per server for start-to-ready")
+    parser.add_argument("--no-paths", action="store_true", help="leave out the rows of bench/paths.py")
     parser.add_argument("--tessera-binary", default=str(TESSERA), help="the tessera build to measure (e.g. an older one)")
     args = parser.parse_args()
     began = time.monotonic()
@@ -142,24 +151,46 @@ def main():
             floors[-1].start()
             for concurrency in map(int, args.concurrency.split(",")):
                 sides = {**servers, "floor": floors[-1]} if concurrency in FLOOR_CONCURRENCY[protocol] else servers
-                rows.append(point(sides, protocol, concurrency, "simple", args))
+                rows.append(point(sides, protocol, concurrency, "simple", args, "plugin"))
         for protocol in ("http", "grpc"):
             floors.append(floor_server(servers["tessera"], "identity_fp32", protocol, large_inputs()))
             floors[-1].start()
             sides = {**servers, "floor": floors[-1]}
-            rows.append(point(sides, protocol, LARGE_CONCURRENCY, "identity_fp32", args, shape=f"INPUT0:{LARGE_ELEMENTS}",
-                              window_requests=LARGE_WINDOW_REQUESTS))
+            rows.append(point(sides, protocol, LARGE_CONCURRENCY, "identity_fp32", args, "large tensor",
+                              shape=f"INPUT0:{LARGE_ELEMENTS}", window_requests=LARGE_WINDOW_REQUESTS))
         loops = {p: interleaved(1, lambda n: client_loop(servers[n], p, args.calls)) for p in ("http", "grpc")}
         loaded = {name: s.rss_mib() for name, s in servers.items()}
     finally:
         for server in [*servers.values(), *floors]:
             server.stop()
+    if not args.no_paths:
+        rows += path_rows(args)
     summary = {
         "start_to_ready_ms": {n: statistics.median(v) * 1000 for n, v in starts.items()},
         "idle_rss_mib": idle, "loaded_rss_mib": loaded,
         "client_loop_us": {p: {n: v[0] for n, v in loops[p].items()} for p in loops},
     }
     write_results(rows, summary, args, time.monotonic() - began)
+
+
+def path_rows(args):
+    """The rows of bench/paths.py: a second pair of servers over a repository of those paths' models, so that
+    the memory readings of the first pair stay those of `simple` and the identity alone."""
+    tessera_repo, triton_repo = fresh_repositories("paths")
+    paths.repositories(tessera_repo, triton_repo)
+    servers = {"tessera": tessera_server(tessera_repo, args.tessera_binary, paths.TESSERA_FLAGS),
+               "triton": triton_server(triton_repo)}
+    rows = []
+    try:
+        for server in servers.values():
+            server.start()
+        for path in paths.paths():
+            models = {"tessera": path.tessera_model, "triton": path.triton_model}
+            rows.append(point(servers, paths.PROTOCOL, paths.CONCURRENCY, models, args, path.name, **path.options))
+    finally:
+        for server in servers.values():
+            server.stop()
+    return rows
 
 
 def write_results(rows, summary, args, elapsed):
@@ -176,18 +207,21 @@ def write_results(rows, summary, args, elapsed):
         f"({elapsed / 60:.1f} min). Triton 2.51 (python backend) vs Tessera (Wasm plugin) vs the floor (answers from "
         "memory: bench/floor.rs over HTTP, bench/floor_grpc.rs over gRPC); perf_analyzer 2.51, `-s 50`, medians of "
         "the trials; ratios and Tessera's own cost (Tessera p50 − floor p50) are medians of the per-trial values; "
-        "CPU is each server's user + system time per answered request. `identity_fp32` echoes 8 MiB of FP32.",
+        "CPU is each server's user + system time per answered request. `identity_fp32` echoes 8 MiB of FP32. The "
+        "rows after the large tensor are bench/paths.py's, from a second pair of servers: the decoupled stream counts "
+        "responses (100 a request) and its p50 is to a request's first response; the shared-memory row moves 16 MiB "
+        "each way through system shared memory; the sequence row runs sequences of 20 requests.",
         "",
-        "| model | protocol | concurrency | Tessera infer/s | Triton infer/s | floor infer/s | Tessera/Triton | "
+        "| path | model | protocol | concurrency | Tessera infer/s | Triton infer/s | floor infer/s | Tessera/Triton | "
         "Tessera/floor | Tessera p50 µs | Triton p50 µs | floor p50 µs | Tessera's own µs | Tessera p99 µs | "
         "Triton p99 µs | Tessera CPU µs/req | Triton CPU µs/req |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     number = lambda value: "—" if value is None else f"{value:.0f}"  # noqa: E731
     for r in rows:
         vs_floor = "—" if r["vs_floor"] is None else f"{r['vs_floor']:.2f}×"
         lines.append(
-            f"| {r['model']} | {r['protocol']} | {r['concurrency']} | {r['tessera_infer_per_s']:.0f} | "
+            f"| {r['path']} | {r['model']} | {r['protocol']} | {r['concurrency']} | {r['tessera_infer_per_s']:.0f} | "
             f"{r['triton_infer_per_s']:.0f} | {number(r['floor_infer_per_s'])} | {r['vs_triton']:.2f}× | {vs_floor} | "
             f"{r['tessera_p50_us']:.0f} | {r['triton_p50_us']:.0f} | {number(r['floor_p50_us'])} | {number(r['own_us'])} | "
             f"{r['tessera_p99_us']:.0f} | {r['triton_p99_us']:.0f} | {r['tessera_cpu_us']:.0f} | {r['triton_cpu_us']:.0f} |"

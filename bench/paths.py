@@ -1,0 +1,72 @@
+"""The paths the open issues added, one row each in `bench/run.py`'s table against the real Triton, so that a
+regression in any of them shows in the one command.
+
+Each path is a model pair — what Tessera serves for it, and what Triton 2.51 (python backend only in its
+CPU build) serves for the same signature — and the perf_analyzer options that exercise it. The repositories
+are built from the same pieces as the dedicated benchmarks beside this file (`ensembles.py`, `streaming.py`,
+`sequences.py`, `shared_memory.py`, `python_models.py`), which measure each path at more points; these rows
+are one point each, gRPC at concurrency 4, where the issues' throughput targets are set.
+"""
+
+import shutil
+from dataclasses import dataclass, field
+
+from ensembles import model_dir, simple_twice
+from harness import ROOT, link_numpy
+from python_models import add_model
+from sequences import LENGTH, python_sequence
+from shared_memory import ELEMENTS, identity_python
+from streaming import input_data as repeat_input_data, python_repeat
+
+PROTOCOL = "grpc"
+CONCURRENCY = 4
+# The flags Tessera needs for these rows: shared-memory registration is off unless asked for, as in Triton.
+TESSERA_FLAGS = ["--allow-client-shm=true"]
+
+
+@dataclass
+class Path:
+    """One row: `name` of the path, the model each server answers it with, and perf_analyzer's options."""
+    name: str
+    tessera_model: str
+    triton_model: str
+    options: dict = field(default_factory=dict)
+
+
+def paths():
+    """The rows, in the order of the issues that added them."""
+    return [
+        Path("ensemble", "simple_twice", "simple_twice"),
+        Path("decoupled stream", "repeat_int32", "repeat_python",
+             {"input_data": repeat_input_data(), "streaming": True, "window_requests": 200}),
+        Path("sequence", "simple_sequence", "simple_sequence_python", {"sequence_length": LENGTH}),
+        Path("shared memory", "identity_python", "identity_python",
+             {"shape": f"INPUT0:{ELEMENTS}", "output_shm_bytes": ELEMENTS * 4, "window_requests": 200}),
+        Path("numpy python model", "add_sub", "add_sub"),
+        Path("TorchScript", "mlp_torch", "mlp_python"),
+    ]
+
+
+def repositories(tessera, triton):
+    """Fills `tessera` and `triton` (empty repository paths named so) with every model of `paths()`.
+    Ensemble: `simple` twice in a row (Wasm plugin / python backend). Stream: repeat_int32's Wasm plugin /
+    bench/triton_repeat/model.py. Sequence: simple_sequence on ONNX Runtime / bench/triton_sequence/model.py.
+    Shared memory: the same python identity on both, 16 MiB a request. numpy python: Triton's add_sub
+    example on both. TorchScript: mlp_torch through libtorch / the same network as a numpy model.py
+    (mlp_python, the same weights; this Triton has no PyTorch backend)."""
+    models = ROOT / "model_repository"
+    simple = (models / "simple" / "config.pbtxt").read_text()
+    model_dir(tessera, "simple", simple, [(models / "simple/1/model.wasm", "model.wasm")])
+    triton_simple = model_dir(triton, "simple", simple.replace('backend: "wasm"', 'backend: "python"'),
+                              [(ROOT / "bench/triton_simple/model.py", "model.py")])
+    link_numpy(triton_simple)
+    for repo in (tessera, triton):
+        model_dir(repo, "simple_twice", simple_twice())
+        identity_python(repo)
+        add_model(repo, "add_sub")
+    python_repeat(triton)
+    python_sequence(triton)
+    for name in ("repeat_int32", "simple_sequence", "mlp_torch"):
+        shutil.copytree(models / name, tessera / name)
+    shutil.copytree(models / "mlp_python", triton / "mlp_python")
+    link_numpy(triton / "mlp_python")
