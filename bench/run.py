@@ -15,8 +15,9 @@ model.py, Tessera with the Wasm add_sub plugin, identical config otherwise — o
   Triton's python backend running bench/triton_identity/model.py), binary tensors both ways;
 - a tritonclient Python loop of sequential calls per protocol;
 - one row for each path the open issues added (ensemble, decoupled stream, sequence, shared memory, numpy
-  python model, TorchScript: bench/paths.py), gRPC at concurrency 4, Tessera against Triton, from a second
-  pair of servers started after the first (`--no-paths` leaves them out);
+  python model, TorchScript: bench/paths.py), gRPC at concurrency 4, and the ONNX path (`simple_onnx`) at
+  concurrency 1 on both protocols, whose p50 is set against `simple`'s; Tessera against Triton, from a
+  second pair of servers started after the first (`--no-paths` leaves them out);
 - time from process start to `/v2/health/ready` (median of several starts; Tessera's compiled-plugin cache
   warm); idle RSS after start and RSS after the load (Triton's includes its python stub process).
 
@@ -186,11 +187,20 @@ def path_rows(args):
             server.start()
         for path in paths.paths():
             models = {"tessera": path.tessera_model, "triton": path.triton_model}
-            rows.append(point(servers, paths.PROTOCOL, paths.CONCURRENCY, models, args, path.name, **path.options))
+            rows.append(point(servers, path.protocol, path.concurrency, models, args, path.name, **path.options))
     finally:
         for server in servers.values():
             server.stop()
     return rows
+
+
+def onnx_gap(rows):
+    """A line: how much later than `simple` (the Wasm plugin) `simple_onnx` answers at concurrency 1, per
+    protocol (their p50s come from the two pairs of servers, minutes apart)."""
+    p50 = {(r["model"].split(" ")[0], r["protocol"]): r["tessera_p50_us"] for r in rows if r["concurrency"] == 1}
+    gaps = [f"{p.upper() if p == 'http' else 'gRPC'} {p50['simple_onnx', p] - p50['simple', p]:+.0f} µs"
+            for p in ("http", "grpc") if ("simple_onnx", p) in p50 and ("simple", p) in p50]
+    return ["", f"`simple_onnx` p50 − `simple` p50 at concurrency 1: {', '.join(gaps)}."] if gaps else []
 
 
 def write_results(rows, summary, args, elapsed):
@@ -208,7 +218,8 @@ def write_results(rows, summary, args, elapsed):
         "memory: bench/floor.rs over HTTP, bench/floor_grpc.rs over gRPC); perf_analyzer 2.51, `-s 50`, medians of "
         "the trials; ratios and Tessera's own cost (Tessera p50 − floor p50) are medians of the per-trial values; "
         "CPU is each server's user + system time per answered request. `identity_fp32` echoes 8 MiB of FP32. The "
-        "rows after the large tensor are bench/paths.py's, from a second pair of servers: the decoupled stream counts "
+        "rows after the large tensor are bench/paths.py's, from a second pair of servers (Triton serving each path "
+        "with its python backend, the only one this build has): the decoupled stream counts "
         "responses (100 a request) and its p50 is to a request's first response; the shared-memory row moves 16 MiB "
         "each way through system shared memory; the sequence row runs sequences of 20 requests.",
         "",
@@ -237,6 +248,7 @@ def write_results(rows, summary, args, elapsed):
         f"| tritonclient HTTP, {args.calls} sequential calls, median per call | {s['client_loop_us']['http']['tessera']:.0f} µs | {s['client_loop_us']['http']['triton']:.0f} µs |",
         f"| tritonclient gRPC, {args.calls} sequential calls, median per call | {s['client_loop_us']['grpc']['tessera']:.0f} µs | {s['client_loop_us']['grpc']['triton']:.0f} µs |",
     ]
+    lines += onnx_gap(rows)
     text = "\n".join(lines) + "\n"
     (RESULTS / f"bench-{stamp}.md").write_text(text)
     print()
