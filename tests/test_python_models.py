@@ -132,8 +132,9 @@ class TritonPythonModel:
 
 
 # Outputs made from an input in ways that keep its bytes whole (as is, reshaped, viewed as bytes) and in
-# ways that do not (reversed, half of it, changed): the first go back as the input's own handle, the others
-# as new bytes, and each must answer exactly what numpy says.
+# ways that do not (reversed, half of it, changed, in big-endian order, transposed into Fortran order): the
+# first go back as the input's own handle, the others as new bytes, and each must answer exactly what numpy
+# says.
 PASSING_ON = b'''import numpy as np
 import triton_python_backend_utils as pb_utils
 
@@ -144,14 +145,16 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
             outputs = {"SAME": x, "RESHAPED": x.reshape(-1, 2), "AS_BYTES": x.view(np.uint8),
-                       "REVERSED": x[::-1], "HALF": x[: len(x) // 2], "CHANGED": x + 1}
+                       "REVERSED": x[::-1], "HALF": x[: len(x) // 2], "CHANGED": x + 1,
+                       "BIG_ENDIAN": x.astype(">f4"), "TRANSPOSED": x.reshape(2, -1).T}
             responses.append(pb_utils.InferenceResponse([pb_utils.Tensor(n, a) for n, a in outputs.items()]))
         return responses
 '''
 PASSING_ON_CONFIG = 'backend: "python"\n' + tensor_config("input", "X", "TYPE_FP32", [-1]) + "".join(
     tensor_config("output", name, kind, dims) for name, kind, dims in (
         ("SAME", "TYPE_FP32", [-1]), ("RESHAPED", "TYPE_FP32", [-1, 2]), ("AS_BYTES", "TYPE_UINT8", [-1]),
-        ("REVERSED", "TYPE_FP32", [-1]), ("HALF", "TYPE_FP32", [-1]), ("CHANGED", "TYPE_FP32", [-1])))
+        ("REVERSED", "TYPE_FP32", [-1]), ("HALF", "TYPE_FP32", [-1]), ("CHANGED", "TYPE_FP32", [-1]),
+        ("BIG_ENDIAN", "TYPE_FP32", [-1]), ("TRANSPOSED", "TYPE_FP32", [-1, 2])))
 
 
 @pytest.fixture(scope="module")
@@ -270,7 +273,7 @@ def test_tensors_passed_on_whole_or_changed_answer_as_numpy_says(python_models, 
     x = np.random.default_rng(size).random(size, dtype=np.float32)
     result = infer(module, server, "passing_on", {"X": x})
     expected = {"SAME": x, "RESHAPED": x.reshape(-1, 2), "AS_BYTES": x.view(np.uint8), "REVERSED": x[::-1],
-                "HALF": x[: size // 2], "CHANGED": x + 1}
+                "HALF": x[: size // 2], "CHANGED": x + 1, "BIG_ENDIAN": x, "TRANSPOSED": x.reshape(2, -1).T}
     for name, want in expected.items():
         got = result.as_numpy(name)
         assert got.shape == want.shape and np.array_equal(got, want), name

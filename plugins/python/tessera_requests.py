@@ -36,7 +36,10 @@ class InferenceRequest:
     def __init__(self, model_name="", inputs=None, requested_output_names=None, correlation_id=0, request_id="",
                  flags=0, timeout=0, preferred_memory=None, trace=None, parameters=None, model_version=-1):
         # pybind11 takes bytes for Triton's std::string arguments (a name read from a BYTES tensor is bytes).
-        model_name, request_id = (v.decode() if isinstance(v, bytes) else v for v in (model_name, request_id))
+        if isinstance(model_name, bytes):
+            model_name = model_name.decode()
+        if isinstance(request_id, bytes):
+            request_id = request_id.decode()
         self._model, self._version, self._id = model_name, model_version, request_id
         self._correlation_id, self._flags, self._timeout = correlation_id, flags, timeout
         self._inputs = list(inputs or [])
@@ -228,7 +231,11 @@ class Logger:
 
 
 def get_input_tensor_by_name(request, name):
-    return next((t for t in request.inputs() if t.name() == name), None)
+    # A loop over the request's own list: the call every model makes for every input, kept to plain lookups.
+    for tensor in request._inputs:
+        if tensor._name == name:
+            return tensor
+    return None
 
 
 def get_output_tensor_by_name(response, name):

@@ -11,6 +11,7 @@ stays importable at run time: the server mounts it read-only where CPython looks
 
 import importlib
 import json
+import operator
 import os
 import sys
 import traceback
@@ -35,6 +36,21 @@ import tessera_config
 import tessera_requests
 import tessera_tensor
 
+
+
+def _cheap_wit_enums(*enums):
+    """componentize-py makes each WIT enum value it hands to Python by calling the enum class with the
+    discriminant (`DataType(11)`), and reads each one it takes back through `.value`; on `enum.Enum` both run
+    the enum module's Python code, about a tenth of a small model's call (add_sub: two tensors in, two out).
+    Each class gets a metaclass whose call is its value-to-member map's lookup, and a `value` read straight
+    from the member: the same members, with no Python frame either way. Only discriminants the WIT defines
+    arrive (componentize-py checks them before the call)."""
+    for cls in enums:
+        cls.__class__ = type(f"{cls.__name__}Meta", (type(cls),), {"__call__": cls._value2member_map_.__getitem__})
+        cls.value = property(operator.attrgetter("_value_"))
+
+
+_cheap_wit_enums(types.DataType, types.LogLevel)
 # The name Triton models import it by; the same module object, so both names see the same state.
 sys.modules["triton_python_backend_utils"] = tessera
 # The model directory is read-only; nothing is compiled into it.

@@ -29,7 +29,8 @@ _TYPES = [
     ("BF16", 14, _DT.BF16, None),
 ]
 _BY_NAME = {name: (number, wit, dtype) for name, number, wit, dtype in _TYPES}
-_NAME_OF_WIT = {wit: name for name, _, wit, _ in _TYPES}
+# By the WIT enum's value: an enum member's own hash is Python code, its value's is not.
+_NAME_OF_WIT = {wit.value: name for name, _, wit, _ in _TYPES}
 _NAME_OF_NUMBER = {number: name for name, number, _, _ in _TYPES}
 _NAME_OF_DTYPE = {np.dtype(dtype): name for name, _, _, dtype in _TYPES if dtype is not None and dtype is not np.object_}
 
@@ -99,12 +100,13 @@ class Tensor:
         self._name, self._handle, self._bytes, self._array = name, None, None, None
         numeric = datatype in _BY_NAME and _BY_NAME[datatype][2] not in (None, np.object_)
         if isinstance(values, np.ndarray) and (datatype is None or numeric):
+            native = _NAME_OF_DTYPE.get(values.dtype)
             if datatype is None:
-                datatype = _kserve_name(values.dtype)
+                datatype = native or _kserve_name(values.dtype)
                 if datatype is None:
                     raise TritonError(f"tensor {name}: numpy dtype {values.dtype} has no Triton data type",
                                       TritonError.INVALID_ARG)
-            array = values.astype(_BY_NAME[datatype][2], copy=False)
+            array = values if native == datatype else values.astype(_BY_NAME[datatype][2], copy=False)
             self._datatype, self._array = datatype, array if shape is None else array.reshape(shape)
             self._shape = list(self._array.shape)
             self._handle = _held_handle_of(self._array)
@@ -128,7 +130,7 @@ class Tensor:
     @classmethod
     def _wrap(cls, wit_tensor):
         tensor = cls.__new__(cls)
-        tensor._name, tensor._datatype = wit_tensor.name, _NAME_OF_WIT[wit_tensor.datatype]
+        tensor._name, tensor._datatype = wit_tensor.name, _NAME_OF_WIT[wit_tensor.datatype.value]
         tensor._shape, tensor._array = list(wit_tensor.shape), None
         if isinstance(wit_tensor.data, types.TensorBytes_Inline):
             tensor._bytes, tensor._handle = wit_tensor.data.value, None
@@ -269,8 +271,10 @@ def _kserve_name(dtype):
 def _array_bytes(array, datatype, name):
     if datatype == "BYTES":
         return serialize_byte_tensor(array)
-    # Little-endian and C-contiguous, as the wire wants; an array already so is not converted first.
-    array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
+    # Little-endian and in C order, as the wire wants. wasm32 is little-endian, so an array of a native type
+    # needs only `tobytes` (which writes C order from any layout); others are converted first.
+    if array.dtype not in _NAME_OF_DTYPE:
+        array = np.ascontiguousarray(array, dtype=array.dtype.newbyteorder("<"))
     return array.tobytes()
 
 

@@ -71,6 +71,9 @@ mod bindings {
 
 pub(crate) use bindings::tessera::backend::types as wit_types;
 
+/// The environment variable that makes the server name plugins' compiled functions for `perf`.
+const PERFMAP_VARIABLE: &str = "TESSERA_PERFMAP";
+
 /// Where plugins see their model version directory (read-only).
 pub const GUEST_MODEL_DIR: &str = "/model";
 
@@ -89,7 +92,13 @@ impl WasmRuntime {
     /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile). `peers`:
     /// how plugins reach other models.
     pub fn new(cache_dir: Option<PathBuf>, peers: Peers) -> anyhow::Result<Self> {
-        let plain = Linked::new(Config::new().epoch_interruption(true))?;
+        let mut plain = Config::new();
+        // For profiling plugins: with TESSERA_PERFMAP set, the compiled code of every plugin is named in
+        // /tmp/perf-<pid>.map, so that `perf report` shows guest functions (CPython's, numpy's) by name.
+        if std::env::var_os(PERFMAP_VARIABLE).is_some() {
+            plain.profiler(wasmtime::ProfilingStrategy::PerfMap);
+        }
+        let plain = Linked::new(plain.epoch_interruption(true))?;
         let metered = Linked::new(Config::new().epoch_interruption(true).consume_fuel(true))?;
         let ticker = start_epoch_ticker(&[&plain.engine, &metered.engine])?;
         Ok(WasmRuntime { plain, metered, cache: ComponentCache::new(cache_dir), peers, ticker })
