@@ -54,8 +54,9 @@ def paths():
 
 
 def repositories(tessera, triton):
-    """Fills `tessera` and `triton` (empty repository paths named so) with every model of `paths()`.
-    ONNX Runtime: the seed's add/sub as an ONNX graph / `simple`'s model.py. Ensemble: `simple` twice in a row (Wasm plugin / python backend). Stream: repeat_int32's Wasm plugin /
+    """Fills `tessera` and `triton` (empty repository paths named so) with every model of `paths()`, Tessera's
+    side / Triton's. ONNX Runtime: the seed's add/sub as an ONNX graph / `simple`'s model.py. Ensemble:
+    `simple` twice in a row (Wasm plugin / python backend). Stream: repeat_int32's Wasm plugin /
     bench/triton_repeat/model.py. Sequence: simple_sequence on ONNX Runtime / bench/triton_sequence/model.py.
     Shared memory: the same python identity on both, 16 MiB a request. numpy python: Triton's add_sub
     example on both. TorchScript: mlp_torch through libtorch / the same network as a numpy model.py

@@ -37,7 +37,6 @@ import tessera_requests
 import tessera_tensor
 
 
-
 def _cheap_wit_enums(*enums):
     """componentize-py makes each WIT enum value it hands to Python by calling the enum class with the
     discriminant (`DataType(11)`), and reads each one it takes back through `.value`; on `enum.Enum` both run
@@ -51,6 +50,7 @@ def _cheap_wit_enums(*enums):
 
 
 _cheap_wit_enums(types.DataType, types.LogLevel)
+
 # The name Triton models import it by; the same module object, so both names see the same state.
 sys.modules["triton_python_backend_utils"] = tessera
 # The model directory is read-only; nothing is compiled into it.

@@ -92,14 +92,8 @@ impl WasmRuntime {
     /// `cache_dir`: where compiled components are kept across restarts (`None`: always compile). `peers`:
     /// how plugins reach other models.
     pub fn new(cache_dir: Option<PathBuf>, peers: Peers) -> anyhow::Result<Self> {
-        let mut plain = Config::new();
-        // For profiling plugins: with TESSERA_PERFMAP set, the compiled code of every plugin is named in
-        // /tmp/perf-<pid>.map, so that `perf report` shows guest functions (CPython's, numpy's) by name.
-        if std::env::var_os(PERFMAP_VARIABLE).is_some() {
-            plain.profiler(wasmtime::ProfilingStrategy::PerfMap);
-        }
-        let plain = Linked::new(plain.epoch_interruption(true))?;
-        let metered = Linked::new(Config::new().epoch_interruption(true).consume_fuel(true))?;
+        let plain = Linked::new(&engine_config())?;
+        let metered = Linked::new(engine_config().consume_fuel(true))?;
         let ticker = start_epoch_ticker(&[&plain.engine, &metered.engine])?;
         Ok(WasmRuntime { plain, metered, cache: ComponentCache::new(cache_dir), peers, ticker })
     }
@@ -259,6 +253,18 @@ pub fn plugin_path(config: &ModelConfig, version_dir: &Path) -> Option<PathBuf> 
 /// The plugin's file name in a version directory: `default_model_filename`, else `model.wasm`.
 pub fn plugin_file(config: &ModelConfig) -> &str {
     model_config::model_file_name(config, "model.wasm")
+}
+
+/// What both engines share: epoch interruption (deadlines and yielding), and, for profiling plugins, with
+/// TESSERA_PERFMAP set, the compiled code of every plugin named in /tmp/perf-<pid>.map, so that `perf report`
+/// shows guest functions (CPython's, numpy's) by name.
+fn engine_config() -> Config {
+    let mut config = Config::new();
+    config.epoch_interruption(true);
+    if std::env::var_os(PERFMAP_VARIABLE).is_some() {
+        config.profiler(wasmtime::ProfilingStrategy::PerfMap);
+    }
+    config
 }
 
 /// The ticker that advances both engines' epochs for as long as they exist.
