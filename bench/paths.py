@@ -20,6 +20,8 @@ from sequences import LENGTH, python_sequence
 from shared_memory import ELEMENTS, identity_python
 from streaming import input_data as repeat_input_data, python_repeat
 
+# The ONNX path's name, by which bench/run.py finds its rows to set their p50 against `simple`'s.
+ONNX = "ONNX Runtime"
 # The flags Tessera needs for these rows: shared-memory registration is off unless asked for, as in Triton.
 TESSERA_FLAGS = ["--allow-client-shm=true"]
 
@@ -40,8 +42,8 @@ def paths():
     """The rows: the ONNX path at concurrency 1 (its p50 against `simple`'s), then the rest in the order of the
     issues that added them."""
     return [
-        Path("ONNX Runtime", "simple_onnx", "simple", protocol="http", concurrency=1),
-        Path("ONNX Runtime", "simple_onnx", "simple", protocol="grpc", concurrency=1),
+        Path(ONNX, "simple_onnx", "simple", protocol="http", concurrency=1),
+        Path(ONNX, "simple_onnx", "simple", protocol="grpc", concurrency=1),
         Path("ensemble", "simple_twice", "simple_twice"),
         Path("decoupled stream", "repeat_int32", "repeat_python",
              {"input_data": repeat_input_data(), "streaming": True, "window_requests": 200}),

@@ -41,6 +41,8 @@ from harness import (
 )
 
 SIDES = ("tessera", "triton", "floor")
+# The path name of the `simple` rows (the Wasm plugin), in the table and for the ONNX path's p50 against it.
+PLUGIN = "plugin"
 # The concurrencies at which `simple` is measured against the floor too, per protocol. Beyond c=1 the HTTP
 # floor answers faster than perf_analyzer can count on 2 cores: at c=4 it never settled in 3 attempts of
 # 90 s (2026-12-06, three runs), perf_analyzer's memory growing past 4 GB. The gRPC floor settles at c=4.
@@ -152,7 +154,7 @@ def main():
             floors[-1].start()
             for concurrency in map(int, args.concurrency.split(",")):
                 sides = {**servers, "floor": floors[-1]} if concurrency in FLOOR_CONCURRENCY[protocol] else servers
-                rows.append(point(sides, protocol, concurrency, "simple", args, "plugin"))
+                rows.append(point(sides, protocol, concurrency, "simple", args, PLUGIN))
         for protocol in ("http", "grpc"):
             floors.append(floor_server(servers["tessera"], "identity_fp32", protocol, large_inputs()))
             floors[-1].start()
@@ -197,9 +199,9 @@ def path_rows(args):
 def onnx_gap(rows):
     """A line: how much later than `simple` (the Wasm plugin) `simple_onnx` answers at concurrency 1, per
     protocol (their p50s come from the two pairs of servers, minutes apart)."""
-    p50 = {(r["model"].split(" ")[0], r["protocol"]): r["tessera_p50_us"] for r in rows if r["concurrency"] == 1}
-    gaps = [f"{p.upper() if p == 'http' else 'gRPC'} {p50['simple_onnx', p] - p50['simple', p]:+.0f} µs"
-            for p in ("http", "grpc") if ("simple_onnx", p) in p50 and ("simple", p) in p50]
+    p50 = {(r["path"], r["protocol"]): r["tessera_p50_us"] for r in rows if r["concurrency"] == 1}
+    gaps = [f"{p.upper() if p == 'http' else 'gRPC'} {p50[paths.ONNX, p] - p50[PLUGIN, p]:+.0f} µs"
+            for p in ("http", "grpc") if (paths.ONNX, p) in p50 and (PLUGIN, p) in p50]
     return ["", f"`simple_onnx` p50 − `simple` p50 at concurrency 1: {', '.join(gaps)}."] if gaps else []
 
 
