@@ -17,7 +17,9 @@ use wasmtime::component::{Resource, ResourceTable};
 use wasmtime_wasi::WasiCtxBuilder;
 
 use crate::backends::wasm::limits::{Limits, MemoryCap};
-use crate::backends::wasm::{convert, state::StoreState, tensor_data::HeldData, wit_types as wit};
+use crate::backends::wasm::{
+    convert, state::StoreState, tensor_data::HeldData, tensor_pipe::TensorPipe, wit_types as wit,
+};
 use crate::backends::Peers;
 use crate::frontends::grpc::{convert as grpc_convert, repository as grpc_repository};
 use crate::frontends::http::{self, infer as http_infer, repository as http_repository};
@@ -168,7 +170,8 @@ pub fn bytes_tensor(data: &[u8]) {
 
 /// The host side of the plugin contract's `tensor-data` resource and of the tensors a plugin answers with,
 /// driven as a hostile plugin could: each 4-byte op makes, reads, shares or drops a handle (by any index,
-/// live or not), or returns one as an output tensor of any type and shape. The answer then goes through
+/// live or not), stages one on stdin, expects, writes and takes a tensor through stdout, or returns a
+/// handle as an output tensor of any type and shape. The answer then goes through
 /// output selection and both encoders, and once every handle is given back the memory cap must be whole
 /// again.
 pub fn wit_tensor_data(data: &[u8]) {
@@ -185,6 +188,7 @@ pub fn wit_tensor_data(data: &[u8]) {
         version_directory: "/model".into(),
         responders: Vec::new(),
         trace: None,
+        pipe: TensorPipe::default(),
     };
     let mut live: Vec<u32> = Vec::new();
     let mut outputs = Vec::new();
@@ -196,7 +200,7 @@ pub fn wit_tensor_data(data: &[u8]) {
             _ => u32::from(op[1] & 0x7f),
         };
         let handle = |rep: u32| Resource::<HeldData>::new_own(rep);
-        match op[0] % 6 {
+        match op[0] % 10 {
             0 => {
                 let len = usize::from(u16::from_le_bytes([op[2], op[3]])) * 8;
                 if let Ok(h) = state.new(vec![op[1]; len]) {
@@ -214,6 +218,15 @@ pub fn wit_tensor_data(data: &[u8]) {
                 let rep = pick(&live);
                 if state.drop(handle(rep)).is_ok() {
                     live.retain(|&r| r != rep);
+                }
+            }
+            5 => drop(state.to_stdin(handle(pick(&live)))),
+            6 => drop(state.expect_stdout(u64::from(u16::from_le_bytes([op[2], op[3]])) * 8)),
+            // What the guest's writes to stdout do: the collection takes its part, the rest is logged.
+            7 => drop(state.pipe.divert(vec![op[1]; usize::from(op[2]) * 64].into())),
+            8 => {
+                if let Ok(Ok(h)) = state.from_stdout() {
+                    live.push(h.rep());
                 }
             }
             _ => {
@@ -238,6 +251,9 @@ pub fn wit_tensor_data(data: &[u8]) {
         let response = InferenceResponse { model: "fuzz".into(), version: 1, id: String::new(), outputs: selected };
         let _ = http_infer::encode_response(&response, &[]);
         let _ = grpc_convert::response_to_proto(response, &[]);
+    }
+    if let Ok(Ok(h)) = state.from_stdout() {
+        live.push(h.rep());
     }
     for rep in live {
         state.take_back(Resource::new_own(rep)).expect("a live handle is in the table");

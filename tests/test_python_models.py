@@ -155,6 +155,27 @@ PASSING_ON_CONFIG = 'backend: "python"\n' + tensor_config("input", "X", "TYPE_FP
         ("SAME", "TYPE_FP32", [-1]), ("RESHAPED", "TYPE_FP32", [-1, 2]), ("AS_BYTES", "TYPE_UINT8", [-1]),
         ("REVERSED", "TYPE_FP32", [-1]), ("HALF", "TYPE_FP32", [-1]), ("CHANGED", "TYPE_FP32", [-1]),
         ("BIG_ENDIAN", "TYPE_FP32", [-1]), ("TRANSPOSED", "TYPE_FP32", [-1, 2])))
+# Large tensors travel through the model's stdin and stdout (contract 1.3.0): what the model itself prints
+# and reads there must stay its own. A line begun in one request ends in the next, with a large output
+# written to stdout between them; a read of stdin after an input was read finds its end.
+TALKING = b'''import os
+import sys
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "X").as_numpy()
+            left = os.read(0, 100) + sys.stdin.buffer.read()
+            sys.stdout.write(f"[{len(left)} bytes left on stdin] " if x[0] == 0 else "and its end\\n")
+            sys.stdout.flush()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("Y", x * 3)]))
+        return responses
+'''
+TALKING_CONFIG = 'backend: "python"\n' + tensor_config("input", "X", "TYPE_FP32", [-1]) + tensor_config(
+    "output", "Y", "TYPE_FP32", [-1])
 
 
 @pytest.fixture(scope="module")
@@ -173,6 +194,7 @@ def python_models(tmp_path_factory, component_cache):
         add_model(repo, name, 'backend: "python"\n' + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]),
                   files={"model.py": source})
     add_model(repo, "passing_on", PASSING_ON_CONFIG, files={"model.py": PASSING_ON})
+    add_model(repo, "talking", TALKING_CONFIG, files={"model.py": TALKING})
     add_model(repo, "failing", 'backend: "python"\n' + tensor_config("input", "MODE", "TYPE_INT32", [1])
               + tensor_config("output", "OUTPUT", "TYPE_INT32", [1]), files={"model.py": FAILING})
     server = Server([repo], tmp, "--model-control-mode=explicit", "--load-model=*", "--exit-on-error=false",
@@ -277,6 +299,16 @@ def test_tensors_passed_on_whole_or_changed_answer_as_numpy_says(python_models, 
     for name, want in expected.items():
         got = result.as_numpy(name)
         assert got.shape == want.shape and np.array_equal(got, want), name
+
+
+def test_large_tensors_through_stdin_and_stdout_leave_the_models_own_output_alone(python_models):
+    server, _ = python_models
+    first = np.zeros(1 << 20, dtype=np.float32)
+    second = np.random.default_rng(3).random(1 << 20, dtype=np.float32) + 1
+    for x in (first, second):
+        np.testing.assert_array_equal(infer(httpclient, server, "talking", {"X": x}).as_numpy("Y"), x * 3)
+    lines = [line for line in server.log().splitlines() if 'model="talking:1"' in line]
+    assert len(lines) == 1 and "[0 bytes left on stdin] and its end" in lines[0], lines
 
 
 def test_broken_models_fail_alone_with_the_python_error_and_line(python_models):

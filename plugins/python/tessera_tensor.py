@@ -2,6 +2,7 @@
 Triton's data type tables and conversions (`triton_string_to_numpy`, `numpy_to_triton_type`, BYTES
 serialisation). Part of the `triton_python_backend_utils` module (see `tessera`)."""
 
+import os
 import struct
 
 import numpy as np
@@ -186,7 +187,7 @@ class Tensor:
         """The raw little-endian bytes (BYTES: each element with its 4-byte length first)."""
         if self._bytes is None:
             if self._handle is not None:
-                self._bytes = self._handle.read()
+                self._bytes = _read_held(self._handle)
                 _READ[id(self._bytes)] = (self._bytes, self._handle)
             else:
                 self._bytes = _array_bytes(self._array, self._datatype, self._name)
@@ -209,6 +210,9 @@ class Tensor:
     def _to_wit(self):
         if self._handle is not None:
             data = types.TensorBytes_Held(self._handle.share())
+        elif self._bytes is None and _writes_as_is(self._array):
+            # A large native array goes out from its own memory, without `tobytes`.
+            data = types.TensorBytes_Held(_hand_over(self._array.reshape(-1).view(np.uint8)))
         else:
             raw = self.as_bytes()
             data = types.TensorBytes_Inline(raw) if len(raw) <= _INLINE_MAX else types.TensorBytes_Held(_hand_over(raw))
@@ -240,13 +244,41 @@ def _held_handle_of(array):
     return read[1] if array.__array_interface__["data"][0] == start else None
 
 
-def _hand_over(raw):
-    """A host handle to `raw`, handed over as a latin-1 string (one char a byte) rather than as `bytes`:
-    componentize-py 0.25 never frees the copy it makes to lower `bytes` into a `list<u8>`, so every large
-    output would leak its size in the sandbox (a model with 4 MiB outputs ran out of its 512 MiB after ~120
-    requests); the string it lowers is freed. It costs time (4 MiB: ~12 ms against ~1.5 ms), so small
-    tensors still go inline and leak their few bytes, which the server bounds (`wasm_memory_recycle_mb`)."""
-    return types.TensorData.from_latin1(raw.decode("latin-1"))
+def _read_held(handle):
+    """The bytes behind a host handle, through stdin: `os.read` has the host write them straight into the new
+    `bytes` (one copy), where `read()`'s list would be copied once more into Python."""
+    size = handle.byte_size()
+    handle.to_stdin()
+    data = os.read(0, size)
+    if len(data) < size:  # a read may stop short; the rest follows
+        parts = [data]
+        remaining = size - len(data)
+        while remaining:
+            part = os.read(0, remaining)
+            if not part:
+                raise TritonError(f"the host gave {size - remaining} of a tensor's {size} bytes", TritonError.INTERNAL)
+            parts.append(part)
+            remaining -= len(part)
+        data = b"".join(parts)
+    return data
+
+
+def _writes_as_is(array):
+    """Whether `array` is a large one whose memory is already the wire's layout (C order, little-endian)."""
+    return (array is not None and array.nbytes > _INLINE_MAX and array.flags.c_contiguous
+            and array.dtype in _NAME_OF_DTYPE)
+
+
+def _hand_over(buffer):
+    """A host handle to the bytes of `buffer` (`bytes` or a uint8 array), written to stdout for the host to
+    collect: `os.write` passes the buffer itself, one copy out. (Lowering `bytes` as a `list<u8>` leaks the
+    copy componentize-py 0.25 makes of it; a latin-1 string, the way before, cost a decoding each side.)"""
+    view = memoryview(buffer)
+    types.TensorData.expect_stdout(len(view))
+    written = 0
+    while written < len(view):
+        written += os.write(1, view[written:])
+    return types.TensorData.from_stdout()
 
 
 class _Capsule:

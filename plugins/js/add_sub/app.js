@@ -4,7 +4,7 @@
 // records whose data is `{ tag: 'inline', val: Uint8Array }` (small) or `{ tag: 'held', val: TensorData }`
 // (large, held by the server until read).
 
-import { log } from 'tessera:backend/host@1.2.0';
+import { log } from 'tessera:backend/host@1.3.0';
 
 // The tensor's bytes, read from the server if it holds them.
 function bytesOf(tensor) {

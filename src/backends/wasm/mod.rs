@@ -2,7 +2,8 @@
 //! contract. One file per part of it:
 //! - `instance`: a loaded version and its instances, calling the `backend` exports (`execute`, …);
 //! - `sandbox`: the linked component and the store every instance gets (WASI, limits, deadlines);
-//! - `state`: what a store holds; `stdio`: guest output into the log;
+//! - `state`: what a store holds; `stdio`: guest output into the log; `tensor_pipe`: tensors through
+//!   stdin and stdout;
 //! - `host`: the `tessera:backend/host` imports (log, BLS); `tensor_data`: the `types.tensor-data`
 //!   resource; `streaming`: response senders for decoupled models; `convert`: requests and tensors across
 //!   the boundary;
@@ -32,6 +33,7 @@ pub(crate) mod state;
 mod stdio;
 mod streaming;
 pub(crate) mod tensor_data;
+pub(crate) mod tensor_pipe;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -2,7 +2,7 @@
 //! instances gets — WASI preview 2 with nothing but its mounts, read-only: the version directory at `/model`,
 //! the model's directory at its own absolute path (the `model_repository` of `initialize`, so the paths a
 //! Triton model builds from it resolve), and for Python models the standard library; no network, no
-//! environment; guest output into the log; the memory cap; the execute deadline, checked at
+//! environment; guest output into the log, stdin and stdout also a way for tensors (`tensor_pipe`); the memory cap; the execute deadline, checked at
 //! every epoch tick; fuel where a budget is set. Creating and initialising an instance and the
 //! `auto-complete-config` call live here, since each of them runs plugin code in a fresh store.
 
@@ -19,6 +19,7 @@ use super::epoch::EpochTicker;
 use super::limits::{self, Limits, MemoryCap};
 use super::state::StoreState;
 use super::stdio::GuestOutput;
+use super::tensor_pipe::{StagedInput, TensorPipe};
 use super::GUEST_MODEL_DIR;
 use crate::backends::Peers;
 use crate::error::LoadResult;
@@ -124,9 +125,11 @@ impl Plugin {
     }
 
     fn new_state(&self) -> LoadResult<StoreState> {
+        let pipe = TensorPipe::default();
         let mut wasi = WasiCtxBuilder::new();
-        wasi.stdout(GuestOutput { label: self.label.clone(), stream: "stdout" })
-            .stderr(GuestOutput { label: self.label.clone(), stream: "stderr" })
+        wasi.stdin(StagedInput(pipe.clone()))
+            .stdout(GuestOutput { label: self.label.clone(), stream: "stdout", pipe: Some(pipe.clone()) })
+            .stderr(GuestOutput { label: self.label.clone(), stream: "stderr", pipe: None })
             // No sockets and no name lookups (wasmtime also refuses every address by default), no
             // environment variables, no arguments: only the mounts, read-only.
             .allow_tcp(false)
@@ -141,6 +144,7 @@ impl Plugin {
             table: ResourceTable::new(),
             label: self.label.clone(),
             memory: MemoryCap::new(self.limits),
+            pipe,
             deadline: None,
             peers: self.peers.clone(),
             version_directory: self.version_directory.clone(),

@@ -1,5 +1,5 @@
 //! What each plugin instance's store holds: its WASI context (the sandbox), its resource table (tensor
-//! handles, WASI streams, response senders), its memory cap and execute deadline, the responders of the
+//! handles, WASI streams, response senders), its memory cap and tensor pipe and execute deadline, the responders of the
 //! requests of the call under way, and the way to the server's other models.
 
 use std::sync::{Arc, Weak};
@@ -9,6 +9,7 @@ use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use super::limits::MemoryCap;
+use super::tensor_pipe::TensorPipe;
 use crate::backends::{ModelCaller, Peers};
 use crate::inference::Responder;
 use crate::observability::trace::Trace;
@@ -20,6 +21,8 @@ pub struct StoreState {
     pub label: Arc<str>,
     /// The instance's memory limit.
     pub memory: MemoryCap,
+    /// Tensors through stdin and stdout (`tensor_pipe`).
+    pub pipe: TensorPipe,
     /// When the `execute` call under way must stop (see `limits`); `None` outside calls.
     pub deadline: Option<Instant>,
     /// The server's other models, for BLS calls.

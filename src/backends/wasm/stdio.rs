@@ -1,5 +1,6 @@
 //! Guests' standard output and error: each complete line becomes one server log line tagged with the model
-//! and the stream, so a plugin's `println!` lands where operators look.
+//! and the stream, so a plugin's `println!` lands where operators look. Bytes a plugin writes to stdout
+//! while its tensor pipe collects them (`tensor_pipe`) are a tensor, not log lines.
 
 use std::sync::Arc;
 
@@ -7,11 +8,15 @@ use bytes::Bytes;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use super::tensor_pipe::TensorPipe;
+
 /// A guest's stdout or stderr: each complete line becomes one log event.
 #[derive(Clone)]
 pub struct GuestOutput {
     pub label: Arc<str>,
     pub stream: &'static str,
+    /// Stdout's: where a collection under way takes the bytes.
+    pub pipe: Option<TensorPipe>,
 }
 
 impl IsTerminal for GuestOutput {
@@ -51,6 +56,10 @@ impl LineLogger {
 
 impl OutputStream for LineLogger {
     fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        let bytes = match &self.output.pipe {
+            Some(pipe) => pipe.divert(bytes),
+            None => bytes,
+        };
         self.pending.extend_from_slice(&bytes);
         while let Some(newline) = self.pending.iter().position(|&b| b == b'\n') {
             let line: Vec<u8> = self.pending.drain(..=newline).collect();

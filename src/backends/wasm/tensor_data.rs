@@ -1,8 +1,9 @@
 //! `tessera:backend/types.tensor-data`: tensor elements the host holds for a plugin. A request's inputs
 //! reach the plugin as handles to the bytes the frontend decoded, and a handle the plugin returns or passes
 //! to another model goes back as those same bytes, so a tensor the plugin only routes is never copied. The
-//! plugin pays one copy when it reads a tensor and one when it makes one (`from-latin1`, the Python
-//! runtime's way around a leak in its bindings, pays a decoding too).
+//! plugin pays one copy when it reads a tensor and one when it makes one, whether as a list or through its
+//! stdin and stdout (`tensor_pipe`, for guests whose lists cost a copy more; `from-latin1`, the Python
+//! runtime's way around a leak in its bindings before that, pays a decoding too).
 //!
 //! Handles the plugin asks for (new tensors, shared handles, BLS answers) count against the instance's
 //! memory cap (`limits::MemoryCap`): the host's memory would otherwise be a way around it. A request's
@@ -57,6 +58,34 @@ impl types::HostTensorData for StoreState {
 
     fn read(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Vec<u8>> {
         Ok(self.table.get(&handle)?.data.to_vec())
+    }
+
+    fn to_stdin(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<()> {
+        self.pipe.stage(self.table.get(&handle)?.data.clone());
+        Ok(())
+    }
+
+    fn expect_stdout(&mut self, byte_size: u64) -> wasmtime::Result<()> {
+        let byte_size = usize::try_from(byte_size)?;
+        // Past the memory cap the plugin is stopped here (as by `new`), before any of it is held.
+        let cost = self.memory.hold(byte_size)?;
+        if let Some(dropped) = self.pipe.expect(byte_size, cost) {
+            self.memory.release(dropped);
+        }
+        Ok(())
+    }
+
+    fn from_stdout(&mut self) -> wasmtime::Result<Result<Resource<HeldData>, String>> {
+        let Some((bytes, cost)) = self.pipe.collected() else {
+            return Ok(Err("from-stdout: no expect-stdout came first".into()));
+        };
+        match bytes {
+            Ok(data) => Ok(Ok(self.table.push(HeldData { data, cost })?)),
+            Err(e) => {
+                self.memory.release(cost);
+                Ok(Err(e))
+            }
+        }
     }
 
     fn byte_size(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<u64> {

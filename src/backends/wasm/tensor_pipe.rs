@@ -1,0 +1,157 @@
+//! Tensor bytes through a plugin's standard input and output (`tensor-data.to-stdin`, `expect-stdout`,
+//! `from-stdout`). A guest whose libc reads into and writes from its own buffers (CPython through the WASI
+//! preview 1 adapter) moves a large tensor this way with one copy, where a `list<u8>` costs it a list in
+//! between (and, in componentize-py 0.25, a leak on the way out).
+//!
+//! Each instance has one pipe, shared by its store (which stages and collects) and its stdin and stdout
+//! streams (which the guest reads and writes). The store's memory cap is charged for a collection by the
+//! store; the streams only move bytes.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use bytes::{Bytes, BytesMut};
+use wasmtime_wasi::cli::{IsTerminal, StdinStream};
+use wasmtime_wasi::p2::{InputStream, Pollable, StreamError, StreamResult};
+
+/// One instance's pipe; clones share it.
+#[derive(Clone, Default)]
+pub struct TensorPipe {
+    state: Arc<Mutex<PipeState>>,
+}
+
+#[derive(Default)]
+struct PipeState {
+    /// What stdin has left to give, read from the front.
+    staged: Bytes,
+    /// The stdout collection under way.
+    collecting: Option<Collection>,
+}
+
+struct Collection {
+    expected: usize,
+    received: BytesMut,
+    /// What it was charged against the memory cap.
+    cost: usize,
+}
+
+impl TensorPipe {
+    fn lock(&self) -> MutexGuard<'_, PipeState> {
+        // Nothing panics while holding the lock; a poisoned one still holds consistent bytes.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Makes `data` what stdin reads next.
+    pub fn stage(&self, data: Bytes) {
+        self.lock().staged = data;
+    }
+
+    /// Starts collecting `expected` bytes of stdout, charged `cost`; the cost of a collection it replaces.
+    pub fn expect(&self, expected: usize, cost: usize) -> Option<usize> {
+        let collection = Collection { expected, received: BytesMut::with_capacity(expected), cost };
+        self.lock().collecting.replace(collection).map(|dropped| dropped.cost)
+    }
+
+    /// Ends the collection: its bytes if they all came, and its cost either way (`None`: nothing expected).
+    pub fn collected(&self) -> Option<(Result<Bytes, String>, usize)> {
+        let collection = self.lock().collecting.take()?;
+        let bytes = if collection.received.len() == collection.expected {
+            Ok(collection.received.freeze())
+        } else {
+            Err(format!(
+                "from-stdout: {} bytes were written to stdout, {} expected",
+                collection.received.len(),
+                collection.expected
+            ))
+        };
+        Some((bytes, collection.cost))
+    }
+
+    /// Takes what a collection under way still wants from a write to stdout; the rest is left for the log.
+    pub fn divert(&self, mut bytes: Bytes) -> Bytes {
+        let mut state = self.lock();
+        let Some(collection) = state.collecting.as_mut() else { return bytes };
+        let wanted = (collection.expected - collection.received.len()).min(bytes.len());
+        collection.received.extend_from_slice(&bytes.split_to(wanted));
+        bytes
+    }
+}
+
+/// The guest's stdin: whatever was last staged, then the end of the input.
+pub struct StagedInput(pub TensorPipe);
+
+impl IsTerminal for StagedInput {
+    fn is_terminal(&self) -> bool {
+        false
+    }
+}
+
+impl StdinStream for StagedInput {
+    fn p2_stream(&self) -> Box<dyn InputStream> {
+        Box::new(StagedReader(self.0.clone()))
+    }
+
+    fn async_stream(&self) -> Box<dyn tokio::io::AsyncRead + Send + Sync> {
+        // Only WASIp3 guests ask for this; plugins target WASIp2.
+        Box::new(tokio::io::empty())
+    }
+}
+
+struct StagedReader(TensorPipe);
+
+impl InputStream for StagedReader {
+    fn read(&mut self, size: usize) -> StreamResult<Bytes> {
+        let mut state = self.0.lock();
+        if state.staged.is_empty() {
+            // The end, not "nothing yet": a read that waited would wait forever.
+            return Err(StreamError::Closed);
+        }
+        let size = size.min(state.staged.len());
+        Ok(state.staged.split_to(size))
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for StagedReader {
+    async fn ready(&mut self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stdin_gives_what_was_staged_then_the_end() {
+        let pipe = TensorPipe::default();
+        let mut reader = StagedReader(pipe.clone());
+        assert!(matches!(reader.read(10), Err(StreamError::Closed)));
+        pipe.stage(Bytes::from_static(b"abcdef"));
+        assert_eq!(reader.read(4).unwrap(), "abcd");
+        pipe.stage(Bytes::from_static(b"xyz"));
+        assert_eq!(reader.read(10).unwrap(), "xyz", "a new tensor replaces what was left");
+        assert!(matches!(reader.read(10), Err(StreamError::Closed)));
+    }
+
+    #[test]
+    fn stdout_is_collected_up_to_what_was_expected_and_the_rest_is_left() {
+        let pipe = TensorPipe::default();
+        assert_eq!(pipe.divert(Bytes::from_static(b"log line\n")), "log line\n");
+        assert_eq!(pipe.expect(5, 7), None);
+        assert_eq!(pipe.divert(Bytes::from_static(b"abc")), "");
+        assert_eq!(pipe.divert(Bytes::from_static(b"defg\n")), "fg\n");
+        let (bytes, cost) = pipe.collected().unwrap();
+        assert_eq!((bytes.unwrap(), cost), (Bytes::from_static(b"abcde"), 7));
+        assert!(pipe.collected().is_none(), "taken once");
+        assert_eq!(pipe.divert(Bytes::from_static(b"x")), "x");
+    }
+
+    #[test]
+    fn a_short_collection_is_an_error_and_a_new_one_returns_the_old_cost() {
+        let pipe = TensorPipe::default();
+        pipe.expect(4, 1);
+        assert_eq!(pipe.expect(3, 2), Some(1));
+        pipe.divert(Bytes::from_static(b"ab"));
+        let (bytes, cost) = pipe.collected().unwrap();
+        assert_eq!(bytes.unwrap_err(), "from-stdout: 2 bytes were written to stdout, 3 expected");
+        assert_eq!(cost, 2);
+    }
+}
