@@ -114,6 +114,7 @@ impl Instance for WasmInstance {
         let outcome = bindings.call_execute(&mut *store, &wit_requests).await;
         store.data_mut().deadline = None;
         store.data_mut().trace = None;
+        store.data_mut().empty_pipe();
         let responders = std::mem::take(&mut store.data_mut().responders);
         if decoupled && outcome.is_ok() {
             end_open_requests_at(deadline, responders, &label, &limits);

@@ -6,7 +6,7 @@
 //! - `wasm_memory_recycle_mb` (default three quarters of the limit; 0 turns it off): an instance whose linear
 //!   memory has grown to this size is replaced by a fresh one after the call that grew it (`finalize`, then
 //!   a new instance is initialised for the next call), so memory that leaks in the guest (a model's own
-//!   leaks, or its bindings': see `tensor-data.from-latin1` in the contract) never traps a request. Models
+//!   leaks, or its bindings': see `tensor-data.expect-stdout` in the contract) never traps a request. Models
 //!   whose instances hold state between calls (decoupled and sequence models) are not recycled.
 //! - `wasm_execute_timeout_ms` (default 10000; 0 turns it off): how long one `execute` call may run. The
 //!   engine's epoch ticks every few milliseconds while a plugin runs; at the first tick past the deadline

@@ -1,6 +1,6 @@
 //! What each plugin instance's store holds: its WASI context (the sandbox), its resource table (tensor
-//! handles, WASI streams, response senders), its memory cap and tensor pipe and execute deadline, the responders of the
-//! requests of the call under way, and the way to the server's other models.
+//! handles, WASI streams, response senders), its memory cap, tensor pipe and execute deadline, the
+//! responders of the requests of the call under way, and the way to the server's other models.
 
 use std::sync::{Arc, Weak};
 use std::time::Instant;

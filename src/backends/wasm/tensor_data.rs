@@ -33,6 +33,13 @@ impl StoreState {
         Ok(self.table.push(HeldData { data, cost })?)
     }
 
+    /// Empties the tensor pipe at the end of a call: a tensor staged but not read, a collection not taken.
+    pub fn empty_pipe(&mut self) {
+        if let Some(cost) = self.pipe.clear() {
+            self.memory.release(cost);
+        }
+    }
+
     /// Takes back the bytes behind a handle the plugin returned, passed on or dropped.
     pub fn take_back(&mut self, handle: Resource<HeldData>) -> wasmtime::Result<Bytes> {
         let held = self.table.delete(handle)?;

@@ -66,6 +66,13 @@ impl TensorPipe {
         Some((bytes, collection.cost))
     }
 
+    /// Drops a staged tensor not read and a collection not taken; the collection's cost, if there was one.
+    pub fn clear(&self) -> Option<usize> {
+        let mut state = self.lock();
+        state.staged = Bytes::new();
+        state.collecting.take().map(|dropped| dropped.cost)
+    }
+
     /// Takes what a collection under way still wants from a write to stdout; the rest is left for the log.
     pub fn divert(&self, mut bytes: Bytes) -> Bytes {
         let mut state = self.lock();
@@ -105,7 +112,10 @@ impl InputStream for StagedReader {
             // The end, not "nothing yet": a read that waited would wait forever.
             return Err(StreamError::Closed);
         }
-        let size = size.min(state.staged.len());
+        if size >= state.staged.len() {
+            // All of it: nothing left holds the tensor's buffer (an empty slice of it still would).
+            return Ok(std::mem::take(&mut state.staged));
+        }
         Ok(state.staged.split_to(size))
     }
 }
@@ -145,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn a_short_collection_is_an_error_and_a_new_one_returns_the_old_cost() {
+    fn a_short_collection_is_an_error_and_a_new_one_or_the_calls_end_returns_the_old_cost() {
         let pipe = TensorPipe::default();
         pipe.expect(4, 1);
         assert_eq!(pipe.expect(3, 2), Some(1));
@@ -153,5 +163,10 @@ mod tests {
         let (bytes, cost) = pipe.collected().unwrap();
         assert_eq!(bytes.unwrap_err(), "from-stdout: 2 bytes were written to stdout, 3 expected");
         assert_eq!(cost, 2);
+        pipe.expect(3, 5);
+        pipe.stage(Bytes::from_static(b"left"));
+        assert_eq!(pipe.clear(), Some(5));
+        assert!(pipe.collected().is_none());
+        assert!(matches!(StagedReader(pipe).read(4), Err(StreamError::Closed)));
     }
 }
