@@ -17,7 +17,7 @@ from ensembles import model_dir, simple_twice
 from harness import ROOT, link_numpy
 from python_models import add_model
 from sequences import LENGTH, python_sequence
-from shared_memory import ELEMENTS, identity_python
+from shared_memory import ELEMENTS, python_model
 from streaming import input_data as repeat_input_data, python_repeat
 
 # The ONNX path's name, by which bench/run.py finds its rows to set their p50 against `simple`'s.
@@ -50,6 +50,8 @@ def paths():
         Path("sequence", "simple_sequence", "simple_sequence_python", {"sequence_length": LENGTH}),
         Path("shared memory", "identity_python", "identity_python",
              {"shape": f"INPUT0:{ELEMENTS}", "output_shm_bytes": ELEMENTS * 4, "window_requests": 200}),
+        Path("shared memory, new output", "scale_python", "scale_python",
+             {"shape": f"INPUT0:{ELEMENTS}", "output_shm_bytes": ELEMENTS * 4, "window_requests": 200}),
         Path("numpy python model", "add_sub", "add_sub"),
         Path("TorchScript", "mlp_torch", "mlp_python"),
     ]
@@ -60,7 +62,8 @@ def repositories(tessera, triton):
     side / Triton's. ONNX Runtime: the seed's add/sub as an ONNX graph / `simple`'s model.py. Ensemble:
     `simple` twice in a row (Wasm plugin / python backend). Stream: repeat_int32's Wasm plugin /
     bench/triton_repeat/model.py. Sequence: simple_sequence on ONNX Runtime / bench/triton_sequence/model.py.
-    Shared memory: the same python identity on both, 16 MiB a request. numpy python: Triton's add_sub
+    Shared memory: the same python identity on both, 16 MiB a request, and the same python model making a new
+    16 MiB output (2 × its input). numpy python: Triton's add_sub
     example on both. TorchScript: mlp_torch through libtorch / the same network as a numpy model.py
     (mlp_python, the same weights; this Triton has no PyTorch backend)."""
     models = ROOT / "model_repository"
@@ -71,7 +74,8 @@ def repositories(tessera, triton):
     link_numpy(triton_simple)
     for repo in (tessera, triton):
         model_dir(repo, "simple_twice", simple_twice())
-        identity_python(repo)
+        python_model(repo, "identity_python")
+        python_model(repo, "scale_python")
         add_model(repo, "add_sub")
     python_repeat(triton)
     python_sequence(triton)

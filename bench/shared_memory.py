@@ -2,7 +2,8 @@
 
 Shared memory: a 16 MiB FP32 identity, the same python model on both servers (bench/triton_identity/model.py,
 as Triton users write it: OUTPUT0 is `as_numpy()` of INPUT0), served by Triton 2.51's python backend and by
-Tessera's Python runtime, and by Tessera's Rust identity plugin (`identity_fp32`) for reference;
+Tessera's Python runtime, and by Tessera's Rust identity plugin (`identity_fp32`) for reference; and a python
+model whose output is a new array (bench/triton_scale/model.py: OUTPUT0 is 2 × INPUT0) on both servers;
 perf_analyzer sends the tensor and receives it back either in the request and response (binary tensor data
 over HTTP, raw contents over gRPC) or through system shared memory (`--shared-memory system`), over HTTP
 and gRPC, at concurrency 1 (p50) and 4 (throughput). Trials interleave the three.
@@ -25,7 +26,9 @@ from harness import (CACHE, ROOT, TESSERA, fresh_repositories, interleaved, link
 
 ELEMENTS = 4 << 20  # 16 MiB of FP32
 SIDES = ("tessera", "triton", "tessera_plugin")
-CONFIG = """name: "identity_python"
+# Each python model, and what Tessera's plugin side runs beside it (None: nothing).
+MODELS = {"identity_python": ("triton_identity", "identity_fp32"), "scale_python": ("triton_scale", None)}
+CONFIG = """name: "{name}"
 backend: "python"
 max_batch_size: 0
 input [ { name: "INPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
@@ -33,11 +36,11 @@ output [ { name: "OUTPUT0" data_type: TYPE_FP32 dims: [ -1 ] } ]
 """
 
 
-def identity_python(repo):
-    directory = repo / "identity_python"
+def python_model(repo, name):
+    directory = repo / name
     (directory / "1").mkdir(parents=True)
-    (directory / "config.pbtxt").write_text(CONFIG)
-    shutil.copy(ROOT / "bench/triton_identity/model.py", directory / "1" / "model.py")
+    (directory / "config.pbtxt").write_text(CONFIG.replace("{name}", name))
+    shutil.copy(ROOT / "bench" / MODELS[name][0] / "model.py", directory / "1" / "model.py")
     link_numpy(directory)
 
 
@@ -64,27 +67,29 @@ def main():
     args = trial_arguments(__doc__)
     tessera_repo, triton_repo = fresh_repositories("shared_memory")
     shutil.copytree(ROOT / "model_repository/identity_fp32", tessera_repo / "identity_fp32")
-    identity_python(tessera_repo)
-    identity_python(triton_repo)
+    for name in MODELS:
+        python_model(tessera_repo, name)
+        python_model(triton_repo, name)
     minilm_pair(tessera_repo)
     tessera = tessera_server(tessera_repo, TESSERA, ["--allow-client-shm=true", "--cache-config=local,size=67108864"])
     triton = triton_server(triton_repo)
-    servers = {"tessera": (tessera, "identity_python"), "triton": (triton, "identity_python"),
-               "tessera_plugin": (tessera, "identity_fp32")}
     shape = f"INPUT0:{ELEMENTS}"
     rows = []
     try:
         for server in (tessera, triton):
             print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
-        for protocol in ("http", "grpc"):
-            for concurrency in (1, 4):
-                for transport, shm_bytes in (("wire", None), ("shared memory", ELEMENTS * 4)):
-                    runs = interleaved(args.trials, lambda side: perf_analyzer(
-                        servers[side][0], protocol, concurrency, args.measurement_ms, model=servers[side][1],
-                        shape=shape, window_requests=200, output_shm_bytes=shm_bytes), names=SIDES)
-                    rows.append((protocol, concurrency, transport, runs))
-                    print(f"  {protocol} c={concurrency} {transport}: " + ", ".join(
-                        f"{side} {statistics.median(r[0] for r in runs[side]):.1f}/s" for side in SIDES), flush=True)
+        for model, (_, plugin) in MODELS.items():
+            servers = {"tessera": (tessera, model), "triton": (triton, model), "tessera_plugin": (tessera, plugin)}
+            sides = SIDES if plugin else SIDES[:2]
+            for protocol in ("http", "grpc"):
+                for concurrency in (1, 4):
+                    for transport, shm_bytes in (("wire", None), ("shared memory", ELEMENTS * 4)):
+                        runs = interleaved(args.trials, lambda side: perf_analyzer(
+                            servers[side][0], protocol, concurrency, args.measurement_ms, model=servers[side][1],
+                            shape=shape, window_requests=200, output_shm_bytes=shm_bytes), names=sides)
+                        rows.append((model, protocol, concurrency, transport, runs))
+                        print(f"  {model} {protocol} c={concurrency} {transport}: " + ", ".join(
+                            f"{side} {statistics.median(r[0] for r in runs[side]):.1f}/s" for side in sides), flush=True)
         tokens = minilm_input_data()
         cache = {model: [perf_analyzer(tessera, "grpc", 1, args.measurement_ms, model=model, input_data=tokens)
                          for _ in range(args.trials)]
@@ -94,17 +99,17 @@ def main():
         triton.stop()
 
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H%MZ")
-    lines = [f"16 MiB FP32 identity, the same python model on both servers (and Tessera's Rust plugin), wire vs system "
-             f"shared memory, {stamp} ({os.cpu_count()} cores, `scripts/dev bench-shm`, {args.trials} interleaved trials of "
-             f"{args.measurement_ms} ms); medians.", "",
-             "| protocol | concurrency | transport | Tessera python infer/s | Triton python infer/s | Tessera plugin infer/s "
-             "| Tessera python p50 ms | Triton python p50 ms | Tessera plugin p50 ms |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for protocol, concurrency, transport, runs in rows:
-        median = {side: [statistics.median(r[i] for r in runs[side]) for i in range(3)] for side in SIDES}
-        lines.append(f"| {protocol} | {concurrency} | {transport} | "
-                     + " | ".join(f"{median[side][0]:.1f}" for side in SIDES) + " | "
-                     + " | ".join(f"{median[side][1] / 1000:.2f}" for side in SIDES) + " |")
+    lines = [f"16 MiB FP32 in and out, the same python models on both servers (and Tessera's Rust identity plugin), wire "
+             f"vs system shared memory, {stamp} ({os.cpu_count()} cores, `scripts/dev bench-shm`, {args.trials} interleaved "
+             f"trials of {args.measurement_ms} ms); medians.", "",
+             "| model | protocol | concurrency | transport | Tessera python infer/s | Triton python infer/s | Tessera plugin "
+             "infer/s | Tessera python p50 ms | Triton python p50 ms | Tessera plugin p50 ms |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for model, protocol, concurrency, transport, runs in rows:
+        median = {side: [statistics.median(r[i] for r in runs[side]) for i in range(3)] for side in runs}
+        infer_s = [f"{median[side][0]:.1f}" if side in median else "—" for side in SIDES]
+        p50_ms = [f"{median[side][1] / 1000:.2f}" if side in median else "—" for side in SIDES]
+        lines.append(f"| {model} | {protocol} | {concurrency} | {transport} | " + " | ".join(infer_s + p50_ms) + " |")
     hit, miss = (statistics.median(r[1] for r in cache[m]) for m in ("minilm", "minilm_uncached"))
     lines += ["", f"Response cache, minilm over gRPC at concurrency 1 (16 tokens): hit p50 {hit:.0f} µs, "
               f"miss (no cache) p50 {miss:.0f} µs, {miss / hit:.1f}× faster on a hit."]

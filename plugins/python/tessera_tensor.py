@@ -98,7 +98,7 @@ class Tensor:
     of that name."""
 
     def __init__(self, name, values, datatype=None, shape=None):
-        self._name, self._handle, self._bytes, self._array = name, None, None, None
+        self._name, self._handle, self._bytes, self._array, self._held = name, None, None, None, None
         numeric = datatype in _BY_NAME and _BY_NAME[datatype][2] not in (None, np.object_)
         if isinstance(values, np.ndarray) and (datatype is None or numeric):
             native = _NAME_OF_DTYPE.get(values.dtype)
@@ -134,9 +134,9 @@ class Tensor:
         tensor._name, tensor._datatype = wit_tensor.name, _NAME_OF_WIT[wit_tensor.datatype.value]
         tensor._shape, tensor._array = list(wit_tensor.shape), None
         if isinstance(wit_tensor.data, types.TensorBytes_Inline):
-            tensor._bytes, tensor._handle = wit_tensor.data.value, None
+            tensor._bytes, tensor._handle, tensor._held = wit_tensor.data.value, None, None
         else:
-            tensor._bytes, tensor._handle = None, wit_tensor.data.value
+            tensor._bytes, tensor._handle, tensor._held = None, wit_tensor.data.value, None
         return tensor
 
     def name(self):
@@ -166,9 +166,9 @@ class Tensor:
             raise TritonError(f"{self._name}: numpy has no {self._datatype} type; read the raw bytes with as_bytes()",
                               TritonError.UNSUPPORTED)
         if dtype is np.object_:
-            self._array = deserialize_bytes_tensor(self.as_bytes()).reshape(self._shape)
+            self._array = deserialize_bytes_tensor(self._raw()).reshape(self._shape)
         else:
-            self._array = np.frombuffer(self.as_bytes(), dtype=dtype).reshape(self._shape)
+            self._array = np.frombuffer(self._raw(), dtype=dtype).reshape(self._shape)
         return self._array
 
     def to_dlpack(self):
@@ -187,14 +187,23 @@ class Tensor:
         """The raw little-endian bytes (BYTES: each element with its 4-byte length first)."""
         if self._bytes is None:
             if self._handle is not None:
-                self._bytes = _read_held(self._handle)
-                _READ[id(self._bytes)] = (self._bytes, self._handle)
+                self._bytes = self._raw().tobytes()
             else:
                 self._bytes = _array_bytes(self._array, self._datatype, self._name)
         return self._bytes
 
+    def _raw(self):
+        """The raw bytes as a buffer, without a copy where there is one: a tensor the host holds is read once,
+        into a read-only uint8 array."""
+        if self._handle is None:
+            return self.as_bytes()
+        if self._held is None:
+            self._held = _read_held(self._handle)
+            _READ[id(self._held)] = (self._held, self._handle)
+        return self._held
+
     def as_flat_list(self):
-        return _unpack(self._datatype, self.as_bytes(), self._name)
+        return _unpack(self._datatype, self._raw(), self._name)
 
     def as_list(self):
         """The elements as nested lists, by the tensor's shape (BYTES elements as `bytes`)."""
@@ -219,9 +228,9 @@ class Tensor:
         return types.Tensor(self._name, _BY_NAME[self._datatype][1], list(self._shape), data)
 
 
-# The bytes read from host handles during the current call, by id: (the bytes, their handle). An output made
-# from a whole, unchanged view of such bytes (an input's `as_numpy()`, reshaped or viewed as another type) goes
-# back as a share of that handle, so a model that passes a tensor on costs no copy. The bytes are kept here so
+# The arrays read from host handles during the current call, by id: (the array, its handle). An output made
+# from a whole, unchanged view of such an array (an input's `as_numpy()`, reshaped or viewed as another type) goes
+# back as a share of that handle, so a model that passes a tensor on costs no copy. The arrays are kept here so
 # that their id is not reused; the runtime empties it after each call (`forget_reads`).
 _READ = {}
 
@@ -244,22 +253,27 @@ def _held_handle_of(array):
     return read[1] if array.__array_interface__["data"][0] == start else None
 
 
+# Standard input unbuffered, for `readinto` (opened at the first read, not in the runtime's snapshot).
+_STDIN = None
+
+
 def _read_held(handle):
-    """The bytes behind a host handle, through stdin: `os.read` has the host write them straight into the new
-    `bytes` (one copy), where `read()`'s list would be copied once more into Python."""
+    """The bytes behind a host handle, as a read-only uint8 array read through stdin: the host writes them
+    straight into the array (one copy, where `read()`'s list would be copied once more into Python), in
+    pieces small enough to be still in cache when they are written."""
+    global _STDIN
+    if _STDIN is None:
+        _STDIN = open(0, "rb", buffering=0, closefd=False)
     size = handle.byte_size()
+    data = np.empty(size, dtype=np.uint8)
     handle.to_stdin()
-    data = os.read(0, size)
-    if len(data) < size:  # a read may stop short; the rest follows
-        parts = [data]
-        remaining = size - len(data)
-        while remaining:
-            part = os.read(0, remaining)
-            if not part:
-                raise TritonError(f"the host gave {size - remaining} of a tensor's {size} bytes", TritonError.INTERNAL)
-            parts.append(part)
-            remaining -= len(part)
-        data = b"".join(parts)
+    view, got = memoryview(data), 0
+    while got < size:
+        piece = _STDIN.readinto(view[got:])
+        if not piece:
+            raise TritonError(f"the host gave {got} of a tensor's {size} bytes", TritonError.INTERNAL)
+        got += piece
+    data.flags.writeable = False
     return data
 
 

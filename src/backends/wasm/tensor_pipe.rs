@@ -83,6 +83,9 @@ impl TensorPipe {
     }
 }
 
+/// The most one read of stdin gives.
+const READ_PIECE: usize = 256 << 10;
+
 /// The guest's stdin: whatever was last staged, then the end of the input.
 pub struct StagedInput(pub TensorPipe);
 
@@ -112,6 +115,9 @@ impl InputStream for StagedReader {
             // The end, not "nothing yet": a read that waited would wait forever.
             return Err(StreamError::Closed);
         }
+        // wasmtime copies each piece into a list of its own before it lowers it into the guest: in pieces
+        // this small, that list is still in cache when it is copied again.
+        let size = size.min(READ_PIECE);
         if size >= state.staged.len() {
             // All of it: nothing left holds the tensor's buffer (an empty slice of it still would).
             return Ok(std::mem::take(&mut state.staged));
