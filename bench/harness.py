@@ -51,13 +51,16 @@ def link_numpy(directory):
         (directory / entry).symlink_to(NUMPY / entry)
 
 
-def trial_arguments(doc):
-    """The command line of a side-by-side benchmark: `--trials` and `--measurement-ms`."""
+def trial_arguments(doc, more=()):
+    """The command line of a side-by-side benchmark: `--trials` and `--measurement-ms`, and the switches `more`
+    names as (flag, help)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--measurement-ms", type=int, default=3000)
+    for flag, help in more:
+        parser.add_argument(flag, action="store_true", help=help)
     return parser.parse_args()
 
 

@@ -12,7 +12,8 @@ Response cache: Tessera alone, `minilm` with `response_cache { enable: true }` (
 a hit: perf_analyzer sends the same data) against the same model without it (every request runs), p50 at
 concurrency 1 over gRPC.
 
-Prints Markdown tables and writes them under .cache/bench/results/. Run through `scripts/dev bench-shm`.
+Prints Markdown tables and writes them under .cache/bench/results/. Run through `scripts/dev bench-shm`
+(`--no-wire`: only the shared-memory points; the wire's take most of the run's half hour).
 """
 
 import datetime
@@ -27,7 +28,8 @@ from harness import (CACHE, ROOT, TESSERA, fresh_repositories, interleaved, link
 ELEMENTS = 4 << 20  # 16 MiB of FP32
 SIDES = ("tessera", "triton", "tessera_plugin")
 # Each python model, and what Tessera's plugin side runs beside it (None: nothing).
-MODELS = {"identity_python": ("triton_identity", "identity_fp32"), "scale_python": ("triton_scale", None)}
+MODELS = {"identity_python": ("triton_identity", "identity_fp32"),
+          "scale_python": ("triton_scale", None)}
 CONFIG = """name: "{name}"
 backend: "python"
 max_batch_size: 0
@@ -64,7 +66,10 @@ def minilm_input_data():
 
 
 def main():
-    args = trial_arguments(__doc__)
+    args = trial_arguments(__doc__, [("--no-wire", "only the shared-memory points")])
+    transports = [("shared memory", ELEMENTS * 4)]
+    if not args.no_wire:
+        transports.insert(0, ("wire", None))
     tessera_repo, triton_repo = fresh_repositories("shared_memory")
     shutil.copytree(ROOT / "model_repository/identity_fp32", tessera_repo / "identity_fp32")
     for name in MODELS:
@@ -83,13 +88,13 @@ def main():
             sides = SIDES if plugin else SIDES[:2]
             for protocol in ("http", "grpc"):
                 for concurrency in (1, 4):
-                    for transport, shm_bytes in (("wire", None), ("shared memory", ELEMENTS * 4)):
+                    for transport, shm_bytes in transports:
                         runs = interleaved(args.trials, lambda side: perf_analyzer(
                             servers[side][0], protocol, concurrency, args.measurement_ms, model=servers[side][1],
                             shape=shape, window_requests=200, output_shm_bytes=shm_bytes), names=sides)
                         rows.append((model, protocol, concurrency, transport, runs))
-                        print(f"  {model} {protocol} c={concurrency} {transport}: " + ", ".join(
-                            f"{side} {statistics.median(r[0] for r in runs[side]):.1f}/s" for side in sides), flush=True)
+                        medians = (f"{side} {statistics.median(r[0] for r in runs[side]):.1f}/s" for side in sides)
+                        print(f"  {model} {protocol} c={concurrency} {transport}: " + ", ".join(medians), flush=True)
         tokens = minilm_input_data()
         cache = {model: [perf_analyzer(tessera, "grpc", 1, args.measurement_ms, model=model, input_data=tokens)
                          for _ in range(args.trials)]

@@ -2,9 +2,10 @@
 //! instances gets — WASI preview 2 with nothing but its mounts, read-only: the version directory at `/model`,
 //! the model's directory at its own absolute path (the `model_repository` of `initialize`, so the paths a
 //! Triton model builds from it resolve), and for Python models the standard library; no network, no
-//! environment; guest output into the log, stdin and stdout also a way for tensors (`tensor_pipe`); the memory cap; the execute deadline, checked at
-//! every epoch tick; fuel where a budget is set. Creating and initialising an instance and the
-//! `auto-complete-config` call live here, since each of them runs plugin code in a fresh store.
+//! environment; guest output into the log, stdin and stdout also a way for tensors (`tensor_pipe`); the
+//! memory cap; the execute deadline, checked at every epoch tick; fuel where a budget is set. Creating and
+//! initialising an instance and the `auto-complete-config` call live here, since each of them runs plugin
+//! code in a fresh store.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
