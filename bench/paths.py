@@ -63,9 +63,9 @@ def repositories(tessera, triton):
     `simple` twice in a row (Wasm plugin / python backend). Stream: repeat_int32's Wasm plugin /
     bench/triton_repeat/model.py. Sequence: simple_sequence on ONNX Runtime / bench/triton_sequence/model.py.
     Shared memory: the same python identity on both, 16 MiB a request, and the same python model making a new
-    16 MiB output (2 × its input). numpy python: Triton's add_sub
-    example on both. TorchScript: mlp_torch through libtorch / the same network as a numpy model.py
-    (mlp_python, the same weights; this Triton has no PyTorch backend)."""
+    16 MiB output (2 × its input). numpy python: Triton's add_sub example on both. TorchScript: mlp_torch
+    through libtorch / the same network as a numpy model.py (mlp_python, the same weights; this Triton has no
+    PyTorch backend)."""
     models = ROOT / "model_repository"
     simple = (models / "simple" / "config.pbtxt").read_text()
     model_dir(tessera, "simple", simple, [(models / "simple/1/model.wasm", "model.wasm")])
