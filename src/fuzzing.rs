@@ -171,9 +171,8 @@ pub fn bytes_tensor(data: &[u8]) {
 /// The host side of the plugin contract's `tensor-data` resource and of the tensors a plugin answers with,
 /// driven as a hostile plugin could: each 4-byte op makes, reads, shares or drops a handle (by any index,
 /// live or not), stages one on stdin, expects, writes and takes a tensor through stdout, or returns a
-/// handle as an output tensor of any type and shape. The answer then goes through
-/// output selection and both encoders, and once every handle is given back the memory cap must be whole
-/// again.
+/// handle as an output tensor of any type and shape. The answer then goes through output selection and
+/// both encoders, and once every handle is given back the memory cap must be whole again.
 pub fn wit_tensor_data(data: &[u8]) {
     use wit::HostTensorData;
     const CAP: usize = 1 << 20;
