@@ -52,15 +52,15 @@ def link_numpy(directory):
 
 
 def trial_arguments(doc, more=()):
-    """The command line of a side-by-side benchmark: `--trials` and `--measurement-ms`, and the switches `more`
-    names as (flag, help)."""
+    """The command line of a side-by-side benchmark: `--trials` and `--measurement-ms`, and the options `more`
+    names as (flag, argparse keyword arguments)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--measurement-ms", type=int, default=3000)
-    for flag, help in more:
-        parser.add_argument(flag, action="store_true", help=help)
+    for flag, options in more:
+        parser.add_argument(flag, **options)
     return parser.parse_args()
 
 

@@ -13,7 +13,8 @@ a hit: perf_analyzer sends the same data) against the same model without it (eve
 concurrency 1 over gRPC.
 
 Prints Markdown tables and writes them under .cache/bench/results/. Run through `scripts/dev bench-shm`
-(`--no-wire`: only the shared-memory points; the wire's take most of the run's half hour).
+(`--no-wire`: only the shared-memory points, the wire's take most of the run's half hour; `--model NAME`: only
+that python model).
 """
 
 import datetime
@@ -66,13 +67,16 @@ def minilm_input_data():
 
 
 def main():
-    args = trial_arguments(__doc__, [("--no-wire", "only the shared-memory points")])
+    args = trial_arguments(__doc__, [
+        ("--no-wire", {"action": "store_true", "help": "only the shared-memory points"}),
+        ("--model", {"action": "append", "choices": list(MODELS), "help": "only these python models (default: all)"})])
+    models = {name: MODELS[name] for name in args.model or MODELS}
     transports = [("shared memory", ELEMENTS * 4)]
     if not args.no_wire:
         transports.insert(0, ("wire", None))
     tessera_repo, triton_repo = fresh_repositories("shared_memory")
     shutil.copytree(ROOT / "model_repository/identity_fp32", tessera_repo / "identity_fp32")
-    for name in MODELS:
+    for name in models:
         python_model(tessera_repo, name)
         python_model(triton_repo, name)
     minilm_pair(tessera_repo)
@@ -83,7 +87,7 @@ def main():
     try:
         for server in (tessera, triton):
             print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
-        for model, (_, plugin) in MODELS.items():
+        for model, (_, plugin) in models.items():
             servers = {"tessera": (tessera, model), "triton": (triton, model), "tessera_plugin": (tessera, plugin)}
             sides = SIDES if plugin else SIDES[:2]
             for protocol in ("http", "grpc"):
