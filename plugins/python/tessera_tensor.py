@@ -258,9 +258,9 @@ _STDIN = None
 
 
 def _read_held(handle):
-    """The bytes behind a host handle, as a read-only uint8 array read through stdin: the host writes them
-    straight into the array (one copy, where `read()`'s list would be copied once more into Python), in
-    pieces small enough to be still in cache when they are written."""
+    """The bytes behind a host handle, as a read-only uint8 array read through stdin, at most 256 KiB a read:
+    each piece lands in a buffer of wasi-libc's and is copied into the array while still in cache, where
+    `read()` would lower the whole tensor as one list and copy it into a `bytes`."""
     global _STDIN
     if _STDIN is None:
         _STDIN = open(0, "rb", buffering=0, closefd=False)

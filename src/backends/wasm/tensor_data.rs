@@ -1,9 +1,9 @@
 //! `tessera:backend/types.tensor-data`: tensor elements the host holds for a plugin. A request's inputs
 //! reach the plugin as handles to the bytes the frontend decoded, and a handle the plugin returns or passes
 //! to another model goes back as those same bytes, so a tensor the plugin only routes is never copied. The
-//! plugin pays one copy when it reads a tensor and one when it makes one, whether as a list or through its
-//! stdin and stdout (`tensor_pipe`, for guests whose lists cost a copy more; `from-latin1`, the Python
-//! runtime's way around a leak in its bindings before that, pays a decoding too).
+//! host copies a tensor once when the plugin reads it and once when the plugin makes one, whether as a list
+//! or through its stdin and stdout (`tensor_pipe`, for guests whose bindings copy a list once more;
+//! `from-latin1`, the Python runtime's way around a leak in its bindings before that, pays a decoding too).
 //!
 //! Handles the plugin asks for (new tensors, shared handles, BLS answers) count against the instance's
 //! memory cap (`limits::MemoryCap`): the host's memory would otherwise be a way around it. A request's

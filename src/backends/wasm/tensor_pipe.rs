@@ -1,7 +1,9 @@
 //! Tensor bytes through a plugin's standard input and output (`tensor-data.to-stdin`, `expect-stdout`,
-//! `from-stdout`). A guest whose libc reads into and writes from its own buffers (CPython through the WASI
-//! preview 1 adapter) moves a large tensor this way with one copy, where a `list<u8>` costs it a list in
-//! between (and, in componentize-py 0.25, a leak on the way out).
+//! `from-stdout`). A guest whose writes pass its own buffer (CPython's `os.write` through wasi-libc) hands a
+//! large tensor out this way without the copy its bindings would make of a `list<u8>` (and, in
+//! componentize-py 0.25, leak). A read lands in a buffer of wasi-libc's, which copies it on into the
+//! guest's own; stdin gives at most 256 KiB a read so that this buffer is still in cache for that copy,
+//! where a `list<u8>` of the whole tensor is written out to memory first.
 //!
 //! Each instance has one pipe, shared by its store (which stages and collects) and its stdin and stdout
 //! streams (which the guest reads and writes). The store's memory cap is charged for a collection by the
