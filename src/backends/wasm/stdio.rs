@@ -47,6 +47,9 @@ struct LineLogger {
 /// A guest cannot grow the host's memory without bound by never writing a newline.
 const MAX_LINE: usize = 16 * 1024;
 
+/// The most one write to the log may carry.
+const LOG_WRITE: usize = 64 * 1024;
+
 impl LineLogger {
     fn emit(&self, line: &[u8]) {
         let text = String::from_utf8_lossy(line);
@@ -77,7 +80,10 @@ impl OutputStream for LineLogger {
     }
 
     fn check_write(&mut self) -> StreamResult<usize> {
-        Ok(64 * 1024)
+        // While a tensor is being collected, all that it still wants may come in one write, which the
+        // collection then keeps without a copy (wasi-libc writes as much as this allows).
+        let wanted = self.output.pipe.as_ref().map_or(0, TensorPipe::wanted);
+        Ok(wanted.max(LOG_WRITE))
     }
 }
 

@@ -31,7 +31,10 @@ struct PipeState {
 
 struct Collection {
     expected: usize,
-    received: BytesMut,
+    /// The writes' bytes as they came, each still in the buffer wasmtime lifted it into: a tensor written in
+    /// one write (the stream allows a write of all that is still wanted) is taken without a copy.
+    pieces: Vec<Bytes>,
+    received: usize,
     /// What it was charged against the memory cap.
     cost: usize,
 }
@@ -49,21 +52,24 @@ impl TensorPipe {
 
     /// Starts collecting `expected` bytes of stdout, charged `cost`; the cost of a collection it replaces.
     pub fn expect(&self, expected: usize, cost: usize) -> Option<usize> {
-        let collection = Collection { expected, received: BytesMut::with_capacity(expected), cost };
+        let collection = Collection { expected, pieces: Vec::new(), received: 0, cost };
         self.lock().collecting.replace(collection).map(|dropped| dropped.cost)
     }
 
     /// Ends the collection: its bytes if they all came, and its cost either way (`None`: nothing expected).
     pub fn collected(&self) -> Option<(Result<Bytes, String>, usize)> {
-        let collection = self.lock().collecting.take()?;
-        let bytes = if collection.received.len() == collection.expected {
-            Ok(collection.received.freeze())
-        } else {
+        let mut collection = self.lock().collecting.take()?;
+        let bytes = if collection.received != collection.expected {
             Err(format!(
                 "from-stdout: {} bytes were written to stdout, {} expected",
-                collection.received.len(),
-                collection.expected
+                collection.received, collection.expected
             ))
+        } else if collection.pieces.len() == 1 {
+            Ok(collection.pieces.pop().expect("one piece"))
+        } else {
+            let mut whole = BytesMut::with_capacity(collection.expected);
+            collection.pieces.iter().for_each(|piece| whole.extend_from_slice(piece));
+            Ok(whole.freeze())
         };
         Some((bytes, collection.cost))
     }
@@ -79,9 +85,17 @@ impl TensorPipe {
     pub fn divert(&self, mut bytes: Bytes) -> Bytes {
         let mut state = self.lock();
         let Some(collection) = state.collecting.as_mut() else { return bytes };
-        let wanted = (collection.expected - collection.received.len()).min(bytes.len());
-        collection.received.extend_from_slice(&bytes.split_to(wanted));
+        let wanted = (collection.expected - collection.received).min(bytes.len());
+        if wanted > 0 {
+            collection.pieces.push(bytes.split_to(wanted));
+            collection.received += wanted;
+        }
         bytes
+    }
+
+    /// How many bytes the collection under way still wants (0: none is).
+    pub fn wanted(&self) -> usize {
+        self.lock().collecting.as_ref().map_or(0, |collection| collection.expected - collection.received)
     }
 }
 
@@ -160,6 +174,21 @@ mod tests {
         assert_eq!((bytes.unwrap(), cost), (Bytes::from_static(b"abcde"), 7));
         assert!(pipe.collected().is_none(), "taken once");
         assert_eq!(pipe.divert(Bytes::from_static(b"x")), "x");
+    }
+
+    #[test]
+    fn a_tensor_written_in_one_write_is_taken_without_a_copy() {
+        let pipe = TensorPipe::default();
+        assert_eq!(pipe.wanted(), 0);
+        pipe.expect(6, 6);
+        assert_eq!(pipe.wanted(), 6);
+        let written = Bytes::from(b"tensorlog\n".to_vec());
+        let at = written.as_ptr();
+        assert_eq!(pipe.divert(written), "log\n");
+        assert_eq!(pipe.wanted(), 0);
+        let (bytes, _) = pipe.collected().unwrap();
+        let bytes = bytes.unwrap();
+        assert_eq!((&bytes[..], bytes.as_ptr()), (&b"tensor"[..], at), "the write's own buffer");
     }
 
     #[test]
