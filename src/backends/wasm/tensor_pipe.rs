@@ -31,12 +31,39 @@ struct PipeState {
 
 struct Collection {
     expected: usize,
-    /// The writes' bytes as they came, each still in the buffer wasmtime lifted it into: a tensor written in
-    /// one write (the stream allows a write of all that is still wanted) is taken without a copy.
-    pieces: Vec<Bytes>,
-    received: usize,
+    received: Received,
     /// What it was charged against the memory cap.
     cost: usize,
+}
+
+/// What a collection has received. A tensor written in one write (the stream allows a write of all that is
+/// still wanted) is kept in the buffer wasmtime lifted it into; pieces are copied into one buffer of the
+/// expected size, so that many small writes cost the host no more than the collection was charged.
+enum Received {
+    Whole(Bytes),
+    Copied(BytesMut),
+}
+
+impl Collection {
+    fn received(&self) -> usize {
+        match &self.received {
+            Received::Whole(bytes) => bytes.len(),
+            Received::Copied(buffer) => buffer.len(),
+        }
+    }
+
+    fn add(&mut self, piece: Bytes) {
+        match &mut self.received {
+            Received::Copied(buffer) if buffer.is_empty() && piece.len() == self.expected => {
+                self.received = Received::Whole(piece);
+            }
+            Received::Copied(buffer) => {
+                buffer.reserve(self.expected - buffer.len());
+                buffer.extend_from_slice(&piece);
+            }
+            Received::Whole(_) => unreachable!("a whole collection wants nothing more"),
+        }
+    }
 }
 
 impl TensorPipe {
@@ -52,24 +79,20 @@ impl TensorPipe {
 
     /// Starts collecting `expected` bytes of stdout, charged `cost`; the cost of a collection it replaces.
     pub fn expect(&self, expected: usize, cost: usize) -> Option<usize> {
-        let collection = Collection { expected, pieces: Vec::new(), received: 0, cost };
+        let collection = Collection { expected, received: Received::Copied(BytesMut::new()), cost };
         self.lock().collecting.replace(collection).map(|dropped| dropped.cost)
     }
 
     /// Ends the collection: its bytes if they all came, and its cost either way (`None`: nothing expected).
     pub fn collected(&self) -> Option<(Result<Bytes, String>, usize)> {
-        let mut collection = self.lock().collecting.take()?;
-        let bytes = if collection.received != collection.expected {
-            Err(format!(
-                "from-stdout: {} bytes were written to stdout, {} expected",
-                collection.received, collection.expected
-            ))
-        } else if collection.pieces.len() == 1 {
-            Ok(collection.pieces.pop().expect("one piece"))
-        } else {
-            let mut whole = BytesMut::with_capacity(collection.expected);
-            collection.pieces.iter().for_each(|piece| whole.extend_from_slice(piece));
-            Ok(whole.freeze())
+        let collection = self.lock().collecting.take()?;
+        let received = collection.received();
+        let bytes = match collection.received {
+            _ if received != collection.expected => {
+                Err(format!("from-stdout: {received} bytes were written to stdout, {} expected", collection.expected))
+            }
+            Received::Whole(bytes) => Ok(bytes),
+            Received::Copied(buffer) => Ok(buffer.freeze()),
         };
         Some((bytes, collection.cost))
     }
@@ -85,17 +108,16 @@ impl TensorPipe {
     pub fn divert(&self, mut bytes: Bytes) -> Bytes {
         let mut state = self.lock();
         let Some(collection) = state.collecting.as_mut() else { return bytes };
-        let wanted = (collection.expected - collection.received).min(bytes.len());
+        let wanted = (collection.expected - collection.received()).min(bytes.len());
         if wanted > 0 {
-            collection.pieces.push(bytes.split_to(wanted));
-            collection.received += wanted;
+            collection.add(bytes.split_to(wanted));
         }
         bytes
     }
 
     /// How many bytes the collection under way still wants (0: none is).
     pub fn wanted(&self) -> usize {
-        self.lock().collecting.as_ref().map_or(0, |collection| collection.expected - collection.received)
+        self.lock().collecting.as_ref().map_or(0, |collection| collection.expected - collection.received())
     }
 }
 
@@ -189,6 +211,23 @@ mod tests {
         let (bytes, _) = pipe.collected().unwrap();
         let bytes = bytes.unwrap();
         assert_eq!((&bytes[..], bytes.as_ptr()), (&b"tensor"[..], at), "the write's own buffer");
+    }
+
+    #[test]
+    fn a_tensor_in_many_small_writes_is_copied_into_one_buffer() {
+        let pipe = TensorPipe::default();
+        pipe.expect(1000, 1000);
+        for i in 0..1000u32 {
+            assert_eq!(pipe.divert(Bytes::from(vec![(i % 251) as u8])), "");
+        }
+        let state = pipe.lock();
+        let Some(Collection { received: Received::Copied(buffer), .. }) = &state.collecting else {
+            panic!("pieces are copied")
+        };
+        assert_eq!(buffer.capacity(), 1000, "one buffer of the expected size, whatever the writes");
+        drop(state);
+        let (bytes, _) = pipe.collected().unwrap();
+        assert!(bytes.unwrap().iter().enumerate().all(|(i, &b)| b == (i % 251) as u8));
     }
 
     #[test]
