@@ -52,6 +52,10 @@ impl Collection {
         }
     }
 
+    fn wanted(&self) -> usize {
+        self.expected - self.received()
+    }
+
     fn add(&mut self, piece: Bytes) {
         match &mut self.received {
             Received::Copied(buffer) if buffer.is_empty() && piece.len() == self.expected => {
@@ -108,7 +112,7 @@ impl TensorPipe {
     pub fn divert(&self, mut bytes: Bytes) -> Bytes {
         let mut state = self.lock();
         let Some(collection) = state.collecting.as_mut() else { return bytes };
-        let wanted = (collection.expected - collection.received()).min(bytes.len());
+        let wanted = collection.wanted().min(bytes.len());
         if wanted > 0 {
             collection.add(bytes.split_to(wanted));
         }
@@ -117,7 +121,7 @@ impl TensorPipe {
 
     /// How many bytes the collection under way still wants (0: none is).
     pub fn wanted(&self) -> usize {
-        self.lock().collecting.as_ref().map_or(0, |collection| collection.expected - collection.received())
+        self.lock().collecting.as_ref().map_or(0, Collection::wanted)
     }
 }
 
@@ -153,8 +157,8 @@ impl InputStream for StagedReader {
             // The end, not "nothing yet": a read that waited would wait forever.
             return Err(StreamError::Closed);
         }
-        // wasmtime copies each piece into a list of its own before it lowers it into the guest: in pieces
-        // this small, that list is still in cache when it is copied again.
+        // wasmtime lowers each piece into a list the guest allocates, which wasi-libc then copies into the
+        // reader's buffer: in pieces this small, that list is still in cache when it is copied again.
         let size = size.min(READ_PIECE);
         if size >= state.staged.len() {
             // All of it: nothing left holds the tensor's buffer (an empty slice of it still would).
