@@ -26,7 +26,8 @@ def server(name, binary, repository):
 
 
 def measure(server, model, protocol, concurrency, args):
-    return measured(server, protocol, concurrency, args.measurement_ms, model=model, stability=100, shape=args.shape)
+    return measured(server, protocol, concurrency, args.measurement_ms, model=model, stability=100, shape=args.shape,
+                    sequence_length=args.sequence_length)
 
 
 def main():
@@ -39,6 +40,8 @@ def main():
     parser.add_argument("--trials", type=int, default=4)
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--shape", help="perf_analyzer's --shape NAME:dims, for inputs of variable size")
+    parser.add_argument("--sequence-length", type=int,
+                        help="perf_analyzer's --sequence-length, for sequence models (every point is then one)")
     args = parser.parse_args()
     servers = {"A": server("ab-a", args.a, args.repository), "B": server("ab-b", args.b, args.b_repository or args.repository)}
     for s in servers.values():
