@@ -9,8 +9,9 @@ on Tessera's Python runtime and on Triton 2.51's python backend (a stub process 
   Triton's stub binary is in place);
 - memory per instance: the proportional memory (PSS) of the server and every process below it with the
   model at `count: 1`, then at `count: K`, after every instance has answered; (K - 1) instances' worth is
-  the difference. PSS rather than RSS: RSS counts a page once per mapping, and every Tessera instance maps
-  the same copy-on-write image of the runtime's memory; resident memory is printed as well.
+  the difference, the median of `--memory-repeats` such pairs. PSS rather than RSS: RSS counts a page once
+  per mapping, and every Tessera instance maps the same copy-on-write image of the runtime's memory; resident
+  memory is printed as well.
 
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-python`.
 """
@@ -96,6 +97,7 @@ def main():
     parser.add_argument("--trials", type=int, default=3)
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--instances", type=int, default=5, help="K, the larger instance count of the memory test")
+    parser.add_argument("--memory-repeats", type=int, default=3, help="readings of the memory test, of which the median")
     args = parser.parse_args()
     repos = CACHE / "repos" / "python"
     shutil.rmtree(repos, ignore_errors=True)
@@ -113,7 +115,9 @@ def main():
             print(f"  {server.name} ready in {server.start():.1f} s", flush=True)
         fresh = itertools.count()
         loads = interleaved(args.trials, lambda name: first_load_s(*servers[name], next(fresh)))
-        memory = {name: (memory_with(server, repo, 1), memory_with(server, repo, args.instances))
+        # Repeated, as the host allocator's retention moves a single reading by a few MiB an instance.
+        memory = {name: [(memory_with(server, repo, 1), memory_with(server, repo, args.instances))
+                         for _ in range(args.memory_repeats)]
                   for name, (server, repo) in servers.items()}
         for protocol in ("http", "grpc"):
             for concurrency in (1, 4, 16):
@@ -141,11 +145,13 @@ def main():
     lines.append(f"| first load of a new model.py, load request to first answer (s, median of {args.trials}) | "
                  f"{load['tessera']:.2f} | {load['triton']:.2f} | {load['tessera'] / load['triton']:.2f} |")
     for index, kind in ((0, "proportional (PSS)"), (1, "resident (RSS)")):
-        per = {name: (k[index] - one[index]) / (args.instances - 1) for name, (one, k) in memory.items()}
-        lines.append(f"| {kind} memory per instance (MiB, count 1 → {args.instances}) | {per['tessera']:.1f} | "
-                     f"{per['triton']:.1f} | {per['tessera'] / per['triton']:.2f} |")
-    lines.append(f"| proportional memory, whole server with one instance (MiB) | {memory['tessera'][0][0]:.0f} | "
-                 f"{memory['triton'][0][0]:.0f} | |")
+        per = {name: statistics.median((k[index] - one[index]) / (args.instances - 1) for one, k in readings)
+               for name, readings in memory.items()}
+        lines.append(f"| {kind} memory per instance (MiB, count 1 → {args.instances}, median of {args.memory_repeats}) | "
+                     f"{per['tessera']:.1f} | {per['triton']:.1f} | {per['tessera'] / per['triton']:.2f} |")
+    whole = {name: statistics.median(one[0] for one, _ in readings) for name, readings in memory.items()}
+    lines.append(f"| proportional memory, whole server with one instance (MiB) | {whole['tessera']:.0f} | "
+                 f"{whole['triton']:.0f} | |")
     text = "\n".join(lines)
     save_results("python", stamp, text, {"rows": rows, "loads": loads, "memory": memory})
 
