@@ -62,7 +62,7 @@ componentize() {
     -p "$ROOT/plugins/python" -p "$numpy" -o "$OUT/runtime.wasm.partial" 2>&1 | grep -v "site-packages directory not found"
 }
 # The build's interpreter writes bytecode for what it imports. Without numpy's, it compiles every module from
-# source and the compiler's garbage stays in the memory image: 23 MiB with free holes throughout instead of 18,
+# source and the compiler's garbage stays in the memory image: 22 MiB with free holes throughout instead of 18,
 # which instances then fill page by page. So the first build after numpy's makes the bytecode, then the real one.
 if [[ ! -f $numpy/numpy/__pycache__/__init__.cpython-314.pyc ]]; then
   componentize > /dev/null
