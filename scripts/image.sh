@@ -50,7 +50,8 @@ files() {
   objcopy --strip-debug "$ROOT/target/release/tessera" "$rootfs/opt/tessera/bin/tessera"
   cp -L "$ROOT/.cache/onnxruntime/libonnxruntime.so" "$rootfs/opt/tessera/.cache/onnxruntime/libonnxruntime.so"
   cp "$ROOT/.cache/python/runtime.wasm" "$rootfs/opt/tessera/.cache/python/"
-  cp -r "$ROOT/.cache/python/lib" "$rootfs/opt/tessera/.cache/python/"
+  # With their times: the standard library's bytecode is used only while its sources keep the recorded mtime.
+  cp -r --preserve=timestamps "$ROOT/.cache/python/lib" "$rootfs/opt/tessera/.cache/python/"
   ln -s /opt/tessera/bin/tessera "$rootfs/usr/local/bin/tessera"
   # Runtimes written for Triton's image run `tritonserver`.
   ln -s /opt/tessera/bin/tessera "$rootfs/usr/local/bin/tritonserver"

@@ -3,7 +3,7 @@
 #   OUT/runtime.wasm        one component — componentize-py's CPython 3.14, numpy, plugins/python/*.py — that
 #                           runs every Python model; it imports each model's model.py when an instance starts;
 #   OUT/lib/python3.14/     CPython's standard library, which the server mounts read-only in every Python
-#                           model's sandbox, so a model can import any of it.
+#                           model's sandbox, so a model can import any of it, with its bytecode.
 #
 #   scripts/python_runtime.sh COMPONENTIZE_PY CACHE OUT
 #
@@ -48,9 +48,12 @@ if [[ "$(cat "$OUT/lib/.built-from" 2> /dev/null)" != "$version" ]]; then
   echo "$version" > "$OUT/lib/.built-from"
 fi
 
+# Bytecode that the first pass below writes, when it is missing.
+stdlib_bytecode="$OUT/lib/python3.14/__pycache__/os.cpython-314.pyc"
+numpy_bytecode="$numpy/numpy/__pycache__/__init__.cpython-314.pyc"
 # The component, when its sources changed.
 runtime_stamp="$(cat "$ROOT/wit/backend.wit" "$ROOT"/plugins/python/*.py "$numpy/.built-from" | sha256sum | cut -c1-16)-$version"
-if [[ -f $OUT/runtime.wasm && "$(cat "$OUT/runtime.built-from" 2> /dev/null)" == "$runtime_stamp" ]]; then
+if [[ -f $OUT/runtime.wasm && "$(cat "$OUT/runtime.built-from" 2> /dev/null)" == "$runtime_stamp" && -f $stdlib_bytecode ]]; then
   echo "python runtime up to date"
   exit 0
 fi
@@ -58,16 +61,19 @@ start=$SECONDS
 # componentize-py also searches the site-packages of the venv it finds (VIRTUAL_ENV, or the python3 on PATH):
 # pointed nowhere, it cannot pick up the host's numpy instead of the wasm one.
 componentize() {
-  VIRTUAL_ENV=/nonexistent "$TOOL" -d "$ROOT/wit" -w backend componentize tessera_runtime \
-    -p "$ROOT/plugins/python" -p "$numpy" -o "$OUT/runtime.wasm.partial" 2>&1 | grep -v "site-packages directory not found"
+  local module="$1" && shift
+  VIRTUAL_ENV=/nonexistent "$TOOL" -d "$ROOT/wit" -w backend componentize "$module" \
+    -p "$ROOT/plugins/python" -p "$numpy" "$@" 2>&1 | grep -v "site-packages directory not found"
 }
 # The build's interpreter writes bytecode for what it imports. Without numpy's, it compiles every module from
 # source and the compiler's garbage stays in the memory image: 22 MiB with free holes throughout instead of 18,
-# which instances then fill page by page. So the first build after numpy's makes the bytecode, then the real one.
-if [[ ! -f $numpy/numpy/__pycache__/__init__.cpython-314.pyc ]]; then
-  componentize > /dev/null
+# which instances then fill page by page. And the standard library that sandboxes see has none unless it is
+# made here. So a first pass (scripts/python_bytecode) makes both, then the real build runs.
+if [[ ! -f $numpy_bytecode || ! -f $stdlib_bytecode ]]; then
+  componentize tessera_bytecode -p "$SCRIPTS/python_bytecode" -p "$OUT/lib/python3.14" -o "$OUT/bytecode.wasm" > /dev/null
+  rm -f "$OUT/bytecode.wasm"
 fi
-componentize
+componentize tessera_runtime -o "$OUT/runtime.wasm.partial"
 mv "$OUT/runtime.wasm.partial" "$OUT/runtime.wasm"
 echo "$runtime_stamp" > "$OUT/runtime.built-from"
 echo "python runtime ($(du -h "$OUT/runtime.wasm" | cut -f1)) built in $((SECONDS - start))s"

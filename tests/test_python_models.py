@@ -41,11 +41,27 @@ def _error_of(action):
         return type(e).__name__
 
 
+def _bytecode_of(module):
+    """Whether the module's bytecode is beside its source and matches it, as CPython checks before using it."""
+    import importlib.util
+    import struct
+
+    try:
+        with open(importlib.util.cache_from_source(module.__file__), "rb") as f:
+            magic, flags, mtime, size = struct.unpack("<4sIII", f.read(16))
+    except OSError as e:
+        return type(e).__name__
+    source = os.stat(module.__file__)
+    fresh = (magic, flags, mtime, size) == (importlib.util.MAGIC_NUMBER, 0, int(source.st_mtime) & 0xFFFFFFFF,
+                                            source.st_size & 0xFFFFFFFF)
+    return "fresh" if fresh else "stale"
+
+
 class TritonPythonModel:
     def initialize(self, args):
         import fractions  # a standard module nothing imported before: read from the mounted library
 
-        self.args, self.half = args, fractions.Fraction(1, 2)
+        self.args, self.half, self.bytecode = args, fractions.Fraction(1, 2), _bytecode_of(fractions)
 
     def execute(self, requests):
         responses = []
@@ -70,6 +86,7 @@ class TritonPythonModel:
                 "dlpack_equal": bool(np.array_equal(through_dlpack.as_numpy(), floats)),
                 "read_only": not floats.flags.writeable,
                 "fraction": str(self.half),
+                "fraction_bytecode": self.bytecode,
                 "helper": helper.NAME,
                 "same_module": tessera is pb_utils,
                 "escape": _error_of(lambda: open(os.path.join(model_dir, "..", "add_sub", "config.pbtxt")).read()),
@@ -282,7 +299,8 @@ def test_the_numpy_surface_on_real_arrays(python_models, module):
     assert info == {
         "fp32": "float32", "string": "object_", "triton_type": 11, "text_dtype": "object",
         "model_dir": model_dir, "args_dir": model_dir, "file": f"{model_dir}/1/model.py", "cwd": f"{model_dir}/1",
-        "dlpack_equal": True, "read_only": True, "fraction": "1/2", "helper": "helper", "same_module": True,
+        "dlpack_equal": True, "read_only": True, "fraction": "1/2", "fraction_bytecode": "fresh", "helper": "helper",
+        "same_module": True,
         "escape": "PermissionError", "sibling": "FileNotFoundError", "write": "PermissionError",
     }
     assert not (repo / "numpy_surface" / "1" / "written.txt").exists()
