@@ -10,9 +10,9 @@ and the component cannot import numpy's files later, so every submodule is impor
 stays importable at run time: the server mounts it read-only where CPython looks for it."""
 
 import importlib
-# `importlib.invalidate_caches()`, called when an instance imports its model, imports importlib.metadata. At run
-# time the standard library has no bytecode, so that import would compile the package and its dependencies
-# into every instance's own memory (about 6.5 MiB an instance); imported here it is part of the shared image.
+# `importlib.invalidate_caches()`, called when an instance imports its model, imports importlib.metadata: at run
+# time that would put the package and the modules it needs into every instance's own memory (6.5 MiB an
+# instance, compiled from source there); imported here it is part of the shared image.
 import importlib.metadata  # noqa: F401
 import json
 import operator
