@@ -8,10 +8,11 @@ on Tessera's Python runtime and on Triton 2.51's python backend (a stub process 
   of a model directory neither server has seen (Tessera's runtime is already compiled, as after setup;
   Triton's stub binary is in place);
 - memory per instance: the proportional memory (PSS) of the server and every process below it with the
-  model at `count: 1`, then at `count: K`, after every instance has answered; (K - 1) instances' worth is
-  the difference, the median of `--memory-repeats` such pairs. PSS rather than RSS: RSS counts a page once
-  per mapping, and every Tessera instance maps the same copy-on-write image of the runtime's memory; resident
-  memory is printed as well.
+  model at `count: 1`, then at `count: K`, after every instance has answered about `--memory-requests`
+  requests (a Tessera instance copies more of its memory image over its first thousand or so, then levels
+  off); (K - 1) instances' worth is the difference, the median of `--memory-repeats` such pairs. PSS rather
+  than RSS: RSS counts a page once per mapping, and every Tessera instance maps the same copy-on-write image
+  of the runtime's memory; resident memory is printed as well.
 
 Prints a Markdown table and writes it under .cache/bench/results/. Run through `scripts/dev bench-python`.
 """
@@ -53,15 +54,16 @@ def post(server, path):
         return answer.status
 
 
-def answer(server, name):
-    """One add_sub request; checks the sums."""
+def answer(server, name, times=1):
+    """`times` add_sub requests on one connection; checks the sums."""
     client = httpclient.InferenceServerClient(server.http)
     try:
         a, b = np.float32([1, 2, 3, 4]), np.float32([4, 3, 2, 1])
         inputs = [httpclient.InferInput(n, [4], "FP32") for n in ("INPUT0", "INPUT1")]
         inputs[0].set_data_from_numpy(a)
         inputs[1].set_data_from_numpy(b)
-        assert (client.infer(name, inputs).as_numpy("OUTPUT0") == a + b).all()
+        for _ in range(times):
+            assert (client.infer(name, inputs).as_numpy("OUTPUT0") == a + b).all()
     finally:
         client.close()
 
@@ -78,13 +80,13 @@ def first_load_s(server, repo, trial):
     return elapsed
 
 
-def memory_with(server, repo, count):
-    """The server's (PSS, RSS) in MiB, with its children, once `count` instances of a model have answered."""
+def memory_with(server, repo, count, requests):
+    """The server's (PSS, RSS) in MiB, with its children, once `count` instances of a model have answered
+    `count` clients sending `requests` requests each at once (so about that many an instance)."""
     add_model(repo, "memory", count=count)
     post(server, "/v2/repository/models/memory/load")
     with concurrent.futures.ThreadPoolExecutor(count) as pool:
-        for _ in range(5):
-            list(pool.map(lambda _: answer(server, "memory"), range(count)))
+        list(pool.map(lambda _: answer(server, "memory", requests), range(count)))
     time.sleep(2)
     memory = server.pss_mib(), server.rss_mib()
     post(server, "/v2/repository/models/memory/unload")
@@ -98,6 +100,7 @@ def main():
     parser.add_argument("--measurement-ms", type=int, default=2000)
     parser.add_argument("--instances", type=int, default=5, help="K, the larger instance count of the memory test")
     parser.add_argument("--memory-repeats", type=int, default=3, help="readings of the memory test, of which the median")
+    parser.add_argument("--memory-requests", type=int, default=2000, help="requests an instance before a memory reading")
     args = parser.parse_args()
     repos = CACHE / "repos" / "python"
     shutil.rmtree(repos, ignore_errors=True)
@@ -116,7 +119,8 @@ def main():
         fresh = itertools.count()
         loads = interleaved(args.trials, lambda name: first_load_s(*servers[name], next(fresh)))
         # Repeated, as the host allocator's retention moves a single reading by a few MiB an instance.
-        memory = {name: [(memory_with(server, repo, 1), memory_with(server, repo, args.instances))
+        memory = {name: [(memory_with(server, repo, 1, args.memory_requests),
+                          memory_with(server, repo, args.instances, args.memory_requests))
                          for _ in range(args.memory_repeats)]
                   for name, (server, repo) in servers.items()}
         for protocol in ("http", "grpc"):
@@ -147,7 +151,8 @@ def main():
     for index, kind in ((0, "proportional (PSS)"), (1, "resident (RSS)")):
         per = {name: statistics.median((k[index] - one[index]) / (args.instances - 1) for one, k in readings)
                for name, readings in memory.items()}
-        lines.append(f"| {kind} memory per instance (MiB, count 1 → {args.instances}, median of {args.memory_repeats}) | "
+        lines.append(f"| {kind} memory per instance (MiB, count 1 → {args.instances}, {args.memory_requests} requests an "
+                     f"instance, median of {args.memory_repeats}) | "
                      f"{per['tessera']:.1f} | {per['triton']:.1f} | {per['tessera'] / per['triton']:.2f} |")
     whole = {name: statistics.median(one[0] for one, _ in readings) for name, readings in memory.items()}
     lines.append(f"| proportional memory, whole server with one instance (MiB) | {whole['tessera']:.0f} | "
