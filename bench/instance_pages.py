@@ -20,7 +20,8 @@ FILE_OR_SHARED = 1 << 61  # clear on a present page of a private mapping: the pa
 
 
 def mappings(pid):
-    """(start, end, file offset, the mapping after it) of each memory-image mapping, in address order."""
+    """(start, end, file offset, the range as /proc/<pid>/map_files names it, the adjacent anonymous
+    mapping after it or None) of each memory-image mapping, in address order."""
     lines = open(f"/proc/{pid}/maps").read().splitlines()
     found = []
     for index, line in enumerate(lines):
@@ -52,10 +53,9 @@ def past_image_pages(pagemap, after, limit=1 << 16):
     return sum(1 for e in entries(pagemap, start, min(end, start + limit * PAGE)) if e & PRESENT)
 
 
-def describe_copies(pid, start, end, offset, name):
-    """How the copied pages of one mapping differ from the image they were copied from."""
-    with open(f"/proc/{pid}/pagemap", "rb") as pagemap:
-        pages = entries(pagemap, start, end)
+def describe_copies(pid, pages, start, offset, name):
+    """How the copied pages of one mapping (`pages`: its pagemap entries) differ from the image they were
+    copied from."""
     changed_words = []
     with open(f"/proc/{pid}/map_files/{name}", "rb") as image, open(f"/proc/{pid}/mem", "rb") as memory:
         for index, entry in enumerate(pages):
@@ -86,17 +86,20 @@ def main():
         raise SystemExit("no Wasm memory images mapped in that process")
     print("| instance | image MiB | image pages resident | copied pages (MiB) | own pages past the image (MiB) |")
     print("|---|---|---|---|---|")
+    first_pages = None
     with open(f"/proc/{args.pid}/pagemap", "rb") as pagemap:
         for number, (start, end, _, _, after) in enumerate(found):
             pages = entries(pagemap, start, end)
+            if number == 0:
+                first_pages = pages
             resident = sum(1 for e in pages if e & PRESENT)
             copied = sum(1 for e in pages if e & PRESENT and not e & FILE_OR_SHARED)
             grown = past_image_pages(pagemap, after)
             print(f"| {number} | {(end - start) / 2**20:.0f} | {resident} | {copied} ({copied * PAGE / 2**20:.2f}) | "
                   f"{grown} ({grown * PAGE / 2**20:.2f}) |")
     if args.diff:
-        start, end, offset, name, _ = found[0]
-        print(f"\ninstance 0: {describe_copies(args.pid, start, end, offset, name)}")
+        start, _, offset, name, _ = found[0]
+        print(f"\ninstance 0: {describe_copies(args.pid, first_pages, start, offset, name)}")
 
 
 if __name__ == "__main__":
